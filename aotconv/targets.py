@@ -1,0 +1,122 @@
+"""Target profiles: how to recognise a device, its limits (for pruning) and peaks (for rooflines).
+
+Figures for the seeds' devices come from the seeds and the vendors' data sheets; h100 from the
+brief (132 SMs x 128 lanes x 2 x 1.98 GHz FP32, HBM3 ~3.35 TB/s); pocl-cpu is this project's
+2-core CI machine (AVX-512, 2 cores x 16 lanes x 2 FMA x 2 x ~2.5 GHz, conservative).
+"""
+from dataclasses import dataclass, replace
+import re
+
+from .errors import AotconvError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    vendor: str                 # regex on the OpenCL platform vendor / device vendor
+    device: str                 # regex on the OpenCL device name
+    kind: str                   # "gpu" or "cpu"
+    max_wg_size: int            # work-items per work-group
+    local_mem_bytes: int        # per work-group
+    compute_units: int
+    simd_width: int             # warp / wavefront / vector lanes
+    registers_per_cu: int = 0   # 32-bit registers per compute unit, 0 when unknown
+    max_regs_per_thread: int = 255
+    min_wg_per_cu: int = 1      # minimum occupancy the hardware constraints ask for
+    peak_gflops: float = 0.0    # FP32
+    peak_gbps: float = 0.0
+    description: str = ""
+
+    def summary(self):
+        return (f"{self.name}: {self.description} ({self.compute_units} CUs, "
+                f"{self.peak_gflops:.0f} GFLOP/s, {self.peak_gbps:.0f} GB/s)")
+
+
+TARGETS = {t.name: t for t in [
+    Target("h100", "NVIDIA", r"H100", "gpu", 1024, 48 * 1024, 132, 32, 65536, 255, 2,
+           66900.0, 3350.0, "NVIDIA H100 SXM, NVIDIA OpenCL"),
+    Target("pocl-cpu", r"pocl|Portable Computing Language", r".*", "cpu", 4096, 2 * 1024 * 1024,
+           2, 16, 0, 255, 1, 320.0, 20.0, "PoCL pthread CPU device"),
+    Target("fury-x", r"Advanced Micro Devices|AMD", r"Fiji|Fury", "gpu", 256, 64 * 1024, 64, 64,
+           65536, 255, 2, 8602.0, 512.0, "AMD Radeon R9 Fury X (Fiji)"),
+    Target("r9-nano", r"Advanced Micro Devices|AMD", r"Fiji|Nano", "gpu", 256, 64 * 1024, 64, 64,
+           65536, 255, 2, 8192.0, 512.0, "AMD Radeon R9 Nano (Fiji)"),
+    Target("gtx1080", "NVIDIA", r"GTX 1080", "gpu", 1024, 48 * 1024, 20, 32, 65536, 255, 2,
+           8873.0, 320.0, "NVIDIA GeForce GTX 1080 (Pascal)"),
+    Target("titan-x", "NVIDIA", r"TITAN X", "gpu", 1024, 48 * 1024, 24, 32, 65536, 255, 2,
+           6605.0, 336.0, "NVIDIA GeForce GTX TITAN X (Maxwell)"),
+    Target("mali-t628", r"ARM", r"Mali-T628", "gpu", 256, 32 * 1024, 4, 4, 0, 64, 1,
+           34.0, 14.9, "ARM Mali-T628 MP6 (Odroid-XU3)"),
+    Target("adreno-530", r"QUALCOMM", r"Adreno.*530", "gpu", 1024, 32 * 1024, 4, 64, 0, 64, 1,
+           407.0, 29.9, "Qualcomm Adreno 530 (Snapdragon 820)"),
+]}
+
+
+def get_target(name):
+    if name == "auto":
+        return detect()
+    try:
+        return TARGETS[name]
+    except KeyError:
+        raise AotconvError(f"unknown target '{name}'; choose one of: auto, "
+                           + ", ".join(sorted(TARGETS))) from None
+
+
+def _devices():
+    import pyopencl as cl
+    try:
+        plats = cl.get_platforms()
+    except cl.Error:
+        return []
+    out = []
+    for p in plats:
+        try:
+            for d in p.get_devices():
+                out.append((p, d))
+        except cl.Error:
+            pass
+    return out
+
+
+def matches(target, platform, device):
+    vend = f"{platform.vendor} {platform.name} {device.vendor}"
+    return bool(re.search(target.vendor, vend, re.I) and re.search(target.device, device.name, re.I))
+
+
+def find_device(target):
+    """The OpenCL (platform, device) that `target` describes, or None when absent."""
+    for p, d in _devices():
+        if matches(target, p, d):
+            return p, d
+    return None
+
+
+def detect():
+    """The profile of the device present: a known profile if one matches, else one read off it."""
+    devs = _devices()
+    if not devs:
+        raise AotconvError("no OpenCL device found: install an OpenCL driver (for the CPU: "
+                           "apt-get install pocl-opencl-icd) or name a --target to build for")
+    # prefer GPUs, then the first device
+    import pyopencl as cl
+    devs.sort(key=lambda pd: 0 if pd[1].type & cl.device_type.GPU else 1)
+    p, d = devs[0]
+    for t in TARGETS.values():
+        if matches(t, p, d):
+            return t
+    return from_device(p, d)
+
+
+def from_device(platform, device):
+    import pyopencl as cl
+    is_gpu = bool(device.type & cl.device_type.GPU)
+    name = re.sub(r"[^a-z0-9]+", "-", device.name.lower()).strip("-")[:40]
+    return Target(name, re.escape(platform.vendor), re.escape(device.name), "gpu" if is_gpu else "cpu",
+                  device.max_work_group_size, device.local_mem_size, device.max_compute_units,
+                  32 if is_gpu else 8, description=f"{device.name} (read off the device)")
+
+
+def with_limits(target, device):
+    """The profile with the limits the live device reports where they are tighter."""
+    return replace(target, max_wg_size=min(target.max_wg_size, device.max_work_group_size),
+                   local_mem_bytes=min(target.local_mem_bytes, device.local_mem_size))

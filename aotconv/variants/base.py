@@ -1,0 +1,218 @@
+"""What a kernel variant declares: knobs, named constraints, launch geometry, FLOPs, buffers.
+
+A variant is one Python class plus one Mako template. Everything the tuner, the emitter and the
+tests need to know about it is declared here, in one place:
+
+- `supports(layer)`: None when the variant handles the layer, else the reason it does not
+  (its shape domain: groups, dilation, stride, kernel sizes...).
+- `knobs(layer, target)`: the tunable parameters and their candidate values.
+- `constraints`: named predicates at the three levels of the BEAST paper (algorithm, software,
+  hardware), each with the reason it exists. The target's device limits (work-group size, local
+  memory) are applied automatically by aotconv.space from `local_size` and `local_mem_bytes`.
+- `fallback(layer, target)`: a configuration that is always valid; used when untuned.
+- `render(layer, cfg, prefix)`: the OpenCL source; every size a compile-time constant.
+- `launches(layer, cfg, prefix)`: the kernels to enqueue, in order, with their arguments and
+  global/local sizes. Launches with phase "setup" run once in set_params (weight re-layout).
+- `buffers(layer, cfg)`: extra device buffers the variant needs (packed weights, scratch).
+- `flops(layer)`, `bytes_moved(layer)`: for GFLOP/s, the roofline and budget sharing.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+import hashlib
+import itertools
+
+from mako.lookup import TemplateLookup
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
+_lookup = TemplateLookup(directories=[str(TEMPLATE_DIR)], strict_undefined=True,
+                         input_encoding="utf-8")
+
+LEVELS = ("algorithm", "software", "hardware")
+
+
+@dataclass(frozen=True)
+class Config:
+    """A frozen, ordered assignment of knob values: hashable, so a cache key and a test id."""
+    items: tuple = ()
+
+    @classmethod
+    def of(cls, **kw):
+        return cls(tuple(kw.items()))
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(tuple(d.items()))
+
+    def __getitem__(self, name):
+        for k, v in self.items:
+            if k == name:
+                return v
+        raise KeyError(name)
+
+    def get(self, name, default=None):
+        for k, v in self.items:
+            if k == name:
+                return v
+        return default
+
+    def as_dict(self):
+        return dict(self.items)
+
+    def __str__(self):
+        return ",".join(f"{k}={v}" for k, v in self.items) or "-"
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    values: tuple
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A named predicate over (layer, cfg, target); False prunes the point."""
+    name: str
+    level: str          # one of LEVELS
+    reason: str
+    check: object       # callable(layer, cfg, target) -> bool
+
+    def __post_init__(self):
+        if self.level not in LEVELS:
+            raise ValueError(f"constraint {self.name}: level must be one of {LEVELS}")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One kernel argument.
+
+    kind:  "in"      the layer's input tensor number `index`
+           "out"     the layer's output tensor
+           "param"   the layer's parameter tensor `name` as the user gave it (e.g. "weight")
+           "buffer"  a variant buffer declared in `buffers()` (e.g. packed weights)
+           "scratch" the network-wide scratch buffer
+           "int" / "float"  a scalar `value`
+    """
+    kind: str
+    name: str = ""
+    index: int = 0
+    value: object = None
+
+
+def In(i=0):
+    return Arg("in", index=i)
+
+
+def Out():
+    return Arg("out")
+
+
+def Param(name):
+    return Arg("param", name=name)
+
+
+def Buffer(name):
+    return Arg("buffer", name=name)
+
+
+def Scratch():
+    return Arg("scratch")
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str                 # kernel function name in the rendered source
+    args: tuple                 # of Arg
+    gsize: tuple                # global work size (already a multiple of lsize)
+    lsize: tuple = None         # local work size, or None to let the driver choose
+    phase: str = "run"          # "run" every inference, "setup" once in set_params
+
+
+def round_up(x, m):
+    return (x + m - 1) // m * m
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+class Variant:
+    """Base class; subclasses set the class attributes and override the methods."""
+    name = None                 # unique, e.g. "conv_direct"
+    ops = ()                    # ops it implements, e.g. ("conv",)
+    template = None             # path under templates/, e.g. "kernels/conv_direct.cl.mako"
+    layouts = ("NCHW", "NCHW")  # (reads, writes)
+    constraints = ()            # tuple of Constraint
+    scratch = False             # True if it uses the shared scratch buffer
+
+    # -- domain ---------------------------------------------------------------------------------
+    def supports(self, layer):
+        return None if layer.op in self.ops else f"{self.name} implements {self.ops}, not {layer.op}"
+
+    # -- space ----------------------------------------------------------------------------------
+    def knobs(self, layer, target):
+        return [Knob("WG", (64,), "work-group size")]
+
+    def fallback(self, layer, target):
+        """A configuration valid for every supported layer under `target`'s limits."""
+        return Config(tuple((k.name, k.values[0]) for k in self.knobs(layer, target)))
+
+    def configs(self, layer, target):
+        """Every point of the unpruned space, in knob order."""
+        ks = self.knobs(layer, target)
+        for values in itertools.product(*(k.values for k in ks)):
+            yield Config(tuple(zip((k.name for k in ks), values)))
+
+    def local_size(self, layer, cfg):
+        """Work-items per work-group of the largest run launch (for the device limit)."""
+        n = 1
+        for l in self.launches(layer, cfg, "k"):
+            if l.lsize and l.phase == "run":
+                m = 1
+                for d in l.lsize:
+                    m *= d
+                n = max(n, m)
+        return n
+
+    def local_mem_bytes(self, layer, cfg):
+        return 0
+
+    # -- code -----------------------------------------------------------------------------------
+    def template_params(self, layer, cfg):
+        """Extra names for the template beyond layer, cfg, prefix, attrs."""
+        return {}
+
+    def render(self, layer, cfg, prefix):
+        t = _lookup.get_template(self.template)
+        ns = dict(layer=layer, cfg=cfg.as_dict(), prefix=prefix, attrs=layer.attrs,
+                  variant=self.name)
+        ns.update(cfg.as_dict())
+        ns.update(self.template_params(layer, cfg))
+        return t.render(**ns)
+
+    def launches(self, layer, cfg, prefix):
+        raise NotImplementedError
+
+    def buffers(self, layer, cfg):
+        """{name: float count} of extra device buffers (packed weights...) this variant owns."""
+        return {}
+
+    def scratch_floats(self, layer, cfg):
+        return 0
+
+    # -- cost -----------------------------------------------------------------------------------
+    def flops(self, layer):
+        from ..ops import flops
+        return flops(layer)
+
+    def bytes_moved(self, layer):
+        from ..ops import bytes_moved
+        return bytes_moved(layer)
+
+    def template_hash(self):
+        """Changes whenever the template or this variant's source changes: part of tuning keys."""
+        import inspect
+        h = hashlib.sha256()
+        h.update((TEMPLATE_DIR / self.template).read_bytes())
+        h.update(inspect.getsource(type(self)).encode())
+        return h.hexdigest()[:16]
