@@ -1,5 +1,13 @@
-"""numpy float64 reference of every op: the ground truth for kernels, libraries and tuning."""
+"""numpy float64 reference of every op: the ground truth for kernels, libraries and tuning.
+
+Conventions are those of aotconv.graph (normalised attrs, every tensor 4-D NCHW) and, where
+frameworks differ, PyTorch's (see DESIGN.md). Output shapes are taken from `layer.out_shape`
+(ops.infer), so the reference and the kernels agree on ceil_mode and `same` padding by
+construction; tests/test_reference.py checks those formulas independently.
+"""
 import numpy as np
+
+from .graph import ACT_OPS
 
 
 def act(x, kind, alpha=0.01):
@@ -16,18 +24,177 @@ def act(x, kind, alpha=0.01):
     raise ValueError(kind)
 
 
+def _taps(xp, kh, kw, sh, sw, dh, dw, p, q):
+    """Yield (i, j, view) with view[..., y, x] = xp[..., i*dh + y*sh, j*dw + x*sw] for y<p, x<q."""
+    for i in range(kh):
+        for j in range(kw):
+            y0, x0 = i * dh, j * dw
+            yield i, j, xp[..., y0:y0 + (p - 1) * sh + 1:sh, x0:x0 + (q - 1) * sw + 1:sw]
+
+
+def conv(x, w, b, a, out_shape):
+    """Grouped, dilated, strided, padded cross-correlation, as torch.nn.functional.conv2d."""
+    n, c, _, _ = x.shape
+    o, cg, kh, kw = w.shape
+    g = a["groups"]
+    og = o // g
+    (sh, sw), (dh, dw) = a["stride"], a["dilation"]
+    pt, pl, pb, pr = a["pad"]
+    p, q = out_shape[2], out_shape[3]
+    if g == 1:
+        # channels first so that each tap's window is a (c, n*p*q) matrix: one BLAS call per tap
+        xp = np.pad(x.transpose(1, 0, 2, 3), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+        acc = np.zeros((o, n * p * q))
+        for i, j, v in _taps(xp, kh, kw, sh, sw, dh, dw, p, q):
+            acc += w[:, :, i, j] @ v.reshape(c, -1)
+        y = acc.reshape(o, n, p, q).transpose(1, 0, 2, 3)
+    else:
+        xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+        xg = xp.reshape(n, g, cg, *xp.shape[2:])
+        wg = w.reshape(g, og, cg, kh, kw)
+        y = np.zeros((n, g, og, p, q))
+        for i, j, v in _taps(xg, kh, kw, sh, sw, dh, dw, p, q):
+            if cg == 1 and og == 1:                       # depthwise: no reduction
+                y[:, :, 0] += wg[None, :, 0, 0, i, j, None, None] * v[:, :, 0]
+            else:
+                y += np.einsum("goc,ngcpq->ngopq", wg[:, :, :, i, j], v, optimize=True)
+    y = y.reshape(n, o, p, q)
+    if b is not None:
+        y += b.reshape(1, o, 1, 1)
+    return act(y, a["act"], a["alpha"])
+
+
+def pool(x, a, out_shape, kind):
+    """max/avg pooling with PyTorch semantics (pad, ceil_mode, count_include_pad)."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw) = a["kernel"], a["stride"], a["pad"]
+    p, q = out_shape[2], out_shape[3]
+    # pad far enough that every window of the ceil_mode output lies inside the array
+    eb = max(0, (p - 1) * sh + kh - (h + 2 * ph))
+    er = max(0, (q - 1) * sw + kw - (w + 2 * pw))
+    fill = -np.inf if kind == "max" else 0.0
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph + eb), (pw, pw + er)), constant_values=fill)
+    if kind == "max":
+        y = np.full((n, c, p, q), -np.inf)
+        for _, _, v in _taps(xp, kh, kw, sh, sw, 1, 1, p, q):
+            y = np.maximum(y, v)
+        return y
+    y = np.zeros((n, c, p, q))
+    for _, _, v in _taps(xp, kh, kw, sh, sw, 1, 1, p, q):
+        y += v
+
+    def divisor(size, k, s, pad, outs):
+        start = np.arange(outs) * s - pad
+        end = np.minimum(start + k, size + pad)           # the ceil overhang never counts
+        if a.get("count_include_pad", False):
+            return end - start
+        return np.minimum(end, size) - np.maximum(start, 0)
+
+    return y / np.outer(divisor(h, kh, sh, ph, p), divisor(w, kw, sw, pw, q))
+
+
+def lrn(x, a):
+    """torch.nn.LocalResponseNorm: x / (k + alpha/size * sum_{window} x^2) ** beta."""
+    size = a["size"]
+    c = x.shape[1]
+    sq = np.pad(x * x, ((0, 0), (size // 2, (size - 1) // 2), (0, 0), (0, 0)))
+    s = sum(sq[:, i:i + c] for i in range(size))
+    return x / (a["k"] + a["alpha"] / size * s) ** a["beta"]
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def forward(layer, inputs, params):
     """Output of `layer` (float64) for float64 `inputs` (list) and `params` ({name: array})."""
     op, a = layer.op, layer.attrs
-    x = np.asarray(inputs[0], np.float64)
-    if op in ("relu", "sigmoid", "tanh", "leaky_relu"):
+    xs = [np.asarray(v, np.float64) for v in inputs]
+    x = xs[0]
+    prm = {k: np.asarray(v, np.float64) for k, v in (params or {}).items()}
+    if op in ACT_OPS:
         return act(x, a["act"], a["alpha"])
+    if op == "conv":
+        return conv(x, prm["weight"], prm.get("bias"), a, layer.out_shape)
+    if op == "dense":
+        n = x.shape[0]
+        y = x.reshape(n, -1) @ prm["weight"].T
+        if "bias" in prm:
+            y = y + prm["bias"]
+        return act(y, a["act"], a["alpha"]).reshape(n, -1, 1, 1)
+    if op == "maxpool":
+        return pool(x, a, layer.out_shape, "max")
+    if op == "avgpool":
+        return pool(x, a, layer.out_shape, "avg")
+    if op == "global_avgpool":
+        return x.mean(axis=(2, 3), keepdims=True)
+    if op == "softmax":
+        return softmax(x)
+    if op == "lrn":
+        return lrn(x, a)
+    if op == "concat":
+        return np.concatenate(xs, axis=1)
+    if op == "add":
+        return act(sum(xs[1:], xs[0].copy()), a["act"], a["alpha"])
+    if op == "batchnorm":
+        sc = prm["gamma"] / np.sqrt(prm["var"] + a["eps"])
+        y = (x - prm["mean"].reshape(1, -1, 1, 1)) * sc.reshape(1, -1, 1, 1)
+        return act(y + prm["beta"].reshape(1, -1, 1, 1), a["act"], a["alpha"])
+    if op == "dropout":
+        return x
+    if op == "flatten":
+        return x.reshape(x.shape[0], -1, 1, 1)
     raise NotImplementedError(op)
 
 
 def random_params(layer, rng):
-    """Fresh random parameters (never zeros) with a scale that keeps activations O(1)."""
+    """Fresh random parameters (never zeros) with a scale that keeps activations O(1).
+
+    Weights ~ N(0, 1/fan_in); biases ~ N(0, 0.1^2) away from 0; batchnorm gamma in [0.5, 1.5],
+    var in [0.5, 1.5] (positive), beta and mean ~ N(0, 0.1^2). float32, the user layout.
+    """
     out = {}
     for name, shape in layer.params:
-        out[name] = rng.standard_normal(shape).astype(np.float32)
+        if name == "weight":
+            v = rng.standard_normal(shape, dtype=np.float32)
+            v *= np.float32(1.0 / np.sqrt(np.prod(shape[1:])))
+        elif name in ("gamma", "var"):
+            v = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+        else:                                              # bias, beta, mean
+            v = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.1)
+        v[v == 0] = np.float32(1e-3)
+        out[name] = v
     return out
+
+
+def unflatten_params(net, flat):
+    """{layer: {tensor: array}} from one flat array in the documented order (DESIGN.md)."""
+    flat = np.asarray(flat).ravel()
+    out = {}
+    for lname, tname, shape, off in net.param_layout():
+        n = int(np.prod(shape))
+        if off + n > flat.size:
+            raise ValueError(f"flat params have {flat.size} values; {lname}.{tname} needs "
+                             f"[{off}, {off + n})")
+        out.setdefault(lname, {})[tname] = flat[off:off + n].reshape(shape)
+    return out
+
+
+def random_network_params(net, rng):
+    """{layer: {tensor: array}} of random_params for every layer of `net`."""
+    return {l.name: random_params(l, rng) for l in net.layers if l.params}
+
+
+def run_network(net, x, params):
+    """Walk `net.layers` in order; returns [output of each name in net.outputs] (float64).
+
+    `params` is {layer: {tensor: array}} or one flat array in the documented order.
+    """
+    if not isinstance(params, dict):
+        params = unflatten_params(net, params)
+    values = {"input": np.asarray(x, np.float64)}
+    for layer in net.layers:
+        ins = [values[i] for i in layer.inputs]
+        values[layer.name] = forward(layer, ins, params.get(layer.name, {}))
+    return [values[o] for o in net.outputs]
