@@ -1,0 +1,142 @@
+"""The `aotconv` command line: build, targets, networks (and space/tune/bench where present)."""
+import argparse
+import sys
+
+from . import __version__
+from .errors import AotconvError
+
+
+def _budget(text):
+    """'200' trials, or '90s' / '10m' / '1h' seconds; returned as ('trials'|'seconds', n)."""
+    t = text.strip().lower()
+    try:
+        if t[-1:] in ("s", "m", "h"):
+            return ("seconds", float(t[:-1]) * {"s": 1, "m": 60, "h": 3600}[t[-1]])
+        return ("trials", int(t))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"budget {text!r}: give a number of trials (200) or a time (90s, 10m, 1h)") from None
+
+
+def add_target_args(p):
+    p.add_argument("--target", default="auto",
+                   help="target profile (see `aotconv targets`), or auto for the device present")
+    p.add_argument("--batch", type=int, help="override the network's batch size")
+
+
+def cmd_build(a):
+    from .compiler import compile_network
+    mode = "fallback" if a.no_tune else ("records" if a.records_only else "tune")
+    res = compile_network(a.net, target=a.target, outdir=a.output, batch=a.batch,
+                          weights=a.weights, seed=a.seed, tune_mode=mode, budget=a.budget,
+                          strategy=a.strategy, tuning_db=a.tuning_db,
+                          require_tuned=a.require_tuned, check=a.check, quiet=a.quiet,
+                          json_progress=a.json, jobs=a.jobs)
+    if res.check_error is not None:
+        ok = res.check_error <= 1e-3
+        print(f"check against numpy: max hybrid error {res.check_error:.2e} "
+              f"({'ok' if ok else 'FAILED'})")
+        if not ok:
+            return 1
+    if not a.quiet:
+        print(f"{res.outdir}/report.md")
+    return 0
+
+
+def cmd_targets(a):
+    from .targets import TARGETS, find_device
+    for t in TARGETS.values():
+        present = "present" if find_device(t) else "absent"
+        print(f"{t.summary()}  [{present}]")
+    return 0
+
+
+def cmd_networks(a):
+    from .spec import shipped_networks, load_network
+    for name in shipped_networks():
+        net = load_network(name)
+        print(f"{name}: input {'x'.join(map(str, net.input_shape))}, {len(net.layers)} layers")
+    return 0
+
+
+def cmd_run(a):
+    import numpy as np
+    from .runtime import load
+    with load(a.dir) as net:
+        x = np.random.default_rng(a.seed).standard_normal(net.input_shape).astype(np.float32)
+        y = net(x)
+        ys = y if isinstance(y, list) else [y]
+        for s, v in zip(net.output_shapes, ys):
+            flat = v.reshape(v.shape[0], -1)
+            print(f"output {'x'.join(map(str, s))}: mean {v.mean():.6f} std {v.std():.6f}; "
+                  f"argmax of the first item {int(flat[0].argmax())}")
+        prof = net.profile()
+        print(f"{'kernel':40s} {'ms':>10s}")
+        for k, ms in prof:
+            print(f"{k:40s} {ms:10.4f}")
+        print(f"{'total':40s} {sum(ms for _, ms in prof):10.4f}")
+    return 0
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="aotconv", description=__doc__)
+    p.add_argument("--version", action="version", version=f"aotconv {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="compile a network into a tuned C library")
+    b.add_argument("net", help="a net.yaml path or the name of a shipped network")
+    add_target_args(b)
+    b.add_argument("-o", "--output", help="output directory (default build/<net>)")
+    b.add_argument("--weights", help="an .npz with <layer>.<tensor> arrays (default: seeded random)")
+    b.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    b.add_argument("--budget", type=_budget, help="tuning budget for the whole network: "
+                   "trials (200) or time (10m)")
+    b.add_argument("--strategy", help="search strategy (see `aotconv tune --help`)")
+    b.add_argument("--tuning-db", help="a JSON-lines file of tuning records to use")
+    b.add_argument("--no-tune", action="store_true", help="use every variant's fallback choice")
+    b.add_argument("--records-only", action="store_true",
+                   help="use recorded tuning results and fallbacks; measure nothing new")
+    b.add_argument("--require-tuned", action="store_true",
+                   help="fail instead of using a fallback for an untuned layer")
+    b.add_argument("--check", action="store_true",
+                   help="run the built library and compare with the float64 numpy reference")
+    b.add_argument("--jobs", type=int, help="parallel kernel compiles while tuning")
+    b.add_argument("--quiet", action="store_true", help="no progress output")
+    b.add_argument("--json", action="store_true", help="progress as JSON lines on stderr")
+    b.set_defaults(func=cmd_build)
+
+    r = sub.add_parser("run", help="run a built library on random input; print output and times")
+    r.add_argument("dir")
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(func=cmd_run)
+
+    t = sub.add_parser("targets", help="list target profiles and whether their device is present")
+    t.set_defaults(func=cmd_targets)
+    n = sub.add_parser("networks", help="list the shipped networks")
+    n.set_defaults(func=cmd_networks)
+
+    for mod in ("aotconv.tune.cli", "aotconv.bench"):
+        try:
+            m = __import__(mod, fromlist=["add_commands"])
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+            continue
+        m.add_commands(sub)
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except AotconvError as e:
+        print(f"aotconv: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("aotconv: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The whole flow of `aotconv build`: spec -> passes -> choose -> schedule -> emit -> ninja ->
+params -> (device present) run the library, check it against numpy, profile, report."""
+from dataclasses import dataclass
+from pathlib import Path
+import sys
+import time
+
+import numpy as np
+
+from . import params as params_mod
+from . import passes, spec
+from .build import build as ninja_build
+from .choose import choose
+from .emit import emit
+from .report import write_report
+from .schedule import build_schedule, c_ident
+from .targets import find_device, get_target
+
+
+@dataclass
+class BuildResult:
+    outdir: Path
+    net: object              # after passes
+    schedule: object
+    target: object
+    profile: list = None     # [(kernel, ms)] median over runs, when the device was present
+    check_error: float = None
+
+
+def log(msg, quiet=False):
+    if not quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def compile_network(source, target="auto", outdir=None, batch=None, weights=None, seed=0,
+                    tune_mode="tune", budget=None, strategy=None, tuning_db=None,
+                    require_tuned=False, check=False, measure=True, quiet=False, json_progress=False,
+                    jobs=None):
+    t0 = time.time()
+    tgt = get_target(target)
+    net0 = spec.load_network(source, batch=batch)
+    net = passes.optimise(net0)
+    outdir = Path(outdir or Path("build") / net.name)
+    log(f"aotconv: {net.name}: {len(net0.layers)} layers ({len(net.layers)} after fusion), "
+        f"target {tgt.name}, output {outdir}", quiet)
+
+    choices = choose(net, tgt, mode=tune_mode, budget=budget, strategy=strategy,
+                     tuning_db=tuning_db, require_tuned=require_tuned, quiet=quiet,
+                     json_progress=json_progress, jobs=jobs)
+    sch = build_schedule(net, choices)
+    emit(sch, tgt, outdir)
+    flat = (params_mod.from_npz(net0, weights) if weights
+            else params_mod.random_params(net0, seed=seed))
+    params_mod.write_bin(outdir / f"{c_ident(net.name)}.params.bin", flat)
+    ninja_build(outdir)
+    log(f"aotconv: built {outdir}/lib{c_ident(net.name)}.so and .a "
+        f"({time.time() - t0:.1f} s)", quiet)
+
+    res = BuildResult(outdir, net, sch, tgt)
+    if measure and find_device(tgt) is not None:
+        res.profile, res.check_error = measure_library(outdir, net0, flat, seed, check)
+    elif measure:
+        log(f"aotconv: the {tgt.name} device is not present: library built, not run; "
+            f"report.md has no measured times", quiet)
+    write_report(res, outdir / "report.md")
+    return res
+
+
+def measure_library(outdir, net0, flat, seed, check, runs=5):
+    """Run the built library on random input: median per-kernel times, optional numpy check."""
+    from .harness import close
+    from .reference import run_network
+    from .runtime import load
+    rng = np.random.default_rng(seed + 1)
+    x = rng.standard_normal(net0.input_shape).astype(np.float32)
+    with load(outdir) as lib:
+        lib.set_params(flat)
+        out = lib(x)
+        times = []
+        for _ in range(runs):
+            lib(x)
+            times.append([ms for _, ms in lib.profile()])
+        med = np.median(np.array(times), axis=0) if times and times[0] else []
+        prof = list(zip(lib.kernel_names, [float(t) for t in med]))
+    err = None
+    if check:
+        ref = run_network(net0, x, params_mod.split(net0, flat))
+        outs = out if isinstance(out, list) else [out]
+        refs = ref if isinstance(ref, list) else [ref]
+        err = max(close(o, r)[1] for o, r in zip(outs, refs))
+    return prof, err

@@ -1,0 +1,132 @@
+"""Write a build directory: kernels/*.cl, <net>.c, <net>.h, build.ninja, <net>.pc, tuning.json.
+
+Only text is produced here; aotconv.build runs ninja and aotconv.report writes report.md.
+"""
+import json
+import os
+from pathlib import Path
+import re
+import shutil
+
+from mako.lookup import TemplateLookup
+
+from . import __version__
+from .variants.base import TEMPLATE_DIR
+from .harness import BUILD_OPTIONS
+from .schedule import c_ident
+
+RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime_c"
+_lookup = TemplateLookup(directories=[str(TEMPLATE_DIR)], strict_undefined=True)
+
+
+def c_string(text):
+    """`text` as a C string literal, one source line per literal piece, readable in the .c."""
+    out = []
+    for line in text.splitlines(keepends=True) or [""]:
+        esc = line.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+        out.append(f'    "{esc}"')
+    return "\n".join(out)
+
+
+def _pattern(regex):
+    """Target regexes are simple ('|' alternatives, '.*'); drop regex escapes for the C matcher."""
+    return re.sub(r"\\(.)", r"\1", regex).replace('"', "")
+
+
+def _arg_c(a):
+    kind, v = a
+    if kind == "buf":
+        return f"{{AOTRT_ARG_BUF, {v}, 0, 0.0f}}"
+    if kind == "int":
+        return f"{{AOTRT_ARG_INT, 0, {int(v)}, 0.0f}}"
+    return f"{{AOTRT_ARG_FLOAT, 0, 0, {float(v)!r}f}}"
+
+
+def _render(name, **ns):
+    return _lookup.get_template(name).render(**ns)
+
+
+def emit(sch, target, outdir, cc=None):
+    """Write every generated text file of `sch` (a Schedule) into `outdir`."""
+    net = sch.net
+    name = c_ident(net.name)
+    out = Path(outdir)
+    (out / "kernels").mkdir(parents=True, exist_ok=True)
+    for old in (out / "kernels").glob("*.cl"):
+        old.unlink()
+    for p in sch.programs:
+        (out / "kernels" / f"{p.file}.cl").write_text(p.source)
+
+    runtime = out / "runtime"
+    if runtime.exists():
+        shutil.rmtree(runtime)
+    shutil.copytree(RUNTIME_DIR, runtime)
+
+    launches = []
+    for l in sch.launches:
+        dims = len(l.gsize)
+        g = list(l.gsize) + [1] * (3 - dims)
+        loc = list(l.lsize) + [1] * (3 - len(l.lsize)) if l.lsize else [0, 0, 0]
+        launches.append(dict(layer=l.layer, kernel=l.kernel, program=l.program, phase=l.phase,
+                             nargs=len(l.args), args=[_arg_c(a) for a in l.args] or ["{0}"],
+                             dims=dims, **{"global": ", ".join(map(str, g))},
+                             local=", ".join(map(str, loc))))
+    params = []
+    for lname, tname, shape, off in net.param_layout():
+        params.append(dict(macro=c_ident(f"{lname}_{tname}").upper(), offset=off,
+                           shape=f"{lname}.{tname} " + "x".join(map(str, shape))))
+    outputs_doc = ", ".join(f"{t} {'x'.join(map(str, net.shape_of(t)))}" for t in net.outputs)
+    ns = dict(name=name, NAME=name.upper(), target=target.name, version=__version__,
+              input_shape=net.input_shape, input_count=sch.input[1],
+              output_count=sch.output_count, outputs_doc=outputs_doc,
+              param_count=sch.param_count, kernel_count=len(sch.run_launches), params=params)
+    (out / f"{name}.h").write_text(_render("c/net.h.mako", **ns))
+    programs = [dict(layer=p.layer, file=p.file, cstring=c_string(p.source)) for p in sch.programs]
+    (out / f"{name}.c").write_text(_render(
+        "c/net.c.mako", name=name, target=target.name, version=__version__, programs=programs,
+        buffers=sch.buffers, params=sch.params, launches=launches, outputs=sch.outputs,
+        input=sch.input, output_count=sch.output_count, param_count=sch.param_count,
+        kernel_count=len(sch.run_launches), vendor_pattern=_pattern(target.vendor),
+        device_pattern=_pattern(target.device), build_options=" ".join(BUILD_OPTIONS)))
+    objects = [(f"{name}.c", f"{name}.o")] + [
+        (f"runtime/{f.name}", f"rt_{f.stem}.o") for f in sorted(runtime.glob("*.c"))]
+    (out / "build.ninja").write_text(_render(
+        "c/build.ninja.mako", name=name, version=__version__, cc=cc or os.environ.get("CC", "cc"),
+        runtime_dir="runtime", ldflags="-lOpenCL", objects=objects))
+    (out / f"{name}.pc").write_text(_render(
+        "c/net.pc.mako", name=name, target=target.name, version=__version__,
+        prefix=str(out.resolve())))
+    write_tuning_json(sch, target, out / "tuning.json")
+    return out
+
+
+def write_tuning_json(sch, target, path):
+    layers = []
+    for l in sch.net.layers:
+        if l.name not in sch.choices:
+            continue
+        c = sch.choices[l.name]
+        launches = [dict(kernel=x.kernel, phase=x.phase, global_size=list(x.gsize),
+                         local_size=list(x.lsize) or None)
+                    for x in sch.launches if x.layer == l.name]
+        layers.append(dict(layer=l.name, op=l.op, fused=l.fused, signature=l.signature_str(),
+                           variant=c.variant, config=c.cfg.as_dict(), source=c.source,
+                           time_ms=c.time_ms, stats=_jsonable(c.stats), launches=launches))
+    net = sch.net
+    doc = dict(aotconv=__version__, network=net.name, c_name=c_ident(net.name), target=target.name,
+               input_shape=list(net.input_shape),
+               outputs=[dict(name=t, shape=list(net.shape_of(t))) for t in net.outputs],
+               param_count=sch.param_count, layers=layers,
+               activation_bytes=sch.act_bytes, activation_bytes_unshared=sch.naive_act_bytes,
+               scratch_bytes=sch.scratch_bytes)
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def _jsonable(stats):
+    if isinstance(stats, dict):
+        return {k: _jsonable(v) for k, v in stats.items()}
+    if isinstance(stats, (list, tuple)):
+        if all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in stats):
+            return {k: _jsonable(v) for k, v in stats}
+        return [_jsonable(x) for x in stats]
+    return stats

@@ -1,0 +1,72 @@
+"""report.md of a build: per layer shapes, FLOPs, chosen kernel, measured time, memory plan."""
+from collections import defaultdict
+
+from . import __version__
+from .ops import is_alias, flops as op_flops
+
+
+def _shape(s):
+    return "x".join(map(str, s))
+
+
+def _stats(c):
+    st = dict(c.stats) if c.stats else {}
+    keys = ("tried", "pruned", "build_failed", "launch_failed", "wrong", "timed_out")
+    if not any(k in st for k in keys):
+        return ""
+    return " / ".join(str(st.get(k, 0)) for k in keys)
+
+
+def write_report(res, path):
+    net, sch, tgt = res.net, res.schedule, res.target
+    per_layer = defaultdict(float)
+    if res.profile:
+        for kname, ms in res.profile:
+            per_layer[kname.split("/")[0]] += ms
+    lines = [f"# {net.name} for {tgt.name}", "",
+             f"aotconv {__version__}; target: {tgt.summary()}.", ""]
+    if res.profile:
+        total = sum(per_layer.values())
+        lines.append(f"Measured on the device through the emitted library: median of 5 runs, "
+                     f"OpenCL profiling events; total kernel time **{total:.3f} ms**.")
+    else:
+        lines.append("The target's device was not present at build time: no measured times.")
+    if res.check_error is not None:
+        lines.append(f"Output checked against the float64 numpy reference: max hybrid error "
+                     f"{res.check_error:.2e} (tolerance 1e-3).")
+    lines += ["", "| layer | op | in | out | MFLOP | kernel | config | source | ms | GFLOP/s | % peak "
+              "| tried / pruned / build fail / launch fail / wrong / timeout |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for l in net.layers:
+        if is_alias(l):
+            lines.append(f"| {l.name} | {l.op} | {_shape(l.in_shape)} | {_shape(l.out_shape)} "
+                         f"| 0 | (no kernel: same buffer) | | | | | | |")
+            continue
+        c = sch.choices[l.name]
+        fl = op_flops(l)
+        op = l.op + ("+" + "+".join(l.fused) if l.fused else "")
+        if l.attrs.get("act", "none") != "none" and not l.fused and l.op not in ("relu", "sigmoid",
+                                                                                 "tanh", "leaky_relu"):
+            op += f" ({l.attrs['act']})"
+        ms = per_layer.get(l.name)
+        gf = fl / (ms * 1e6) if ms else None
+        pk = 100 * gf / tgt.peak_gflops if gf and tgt.peak_gflops else None
+        lines.append(
+            f"| {l.name} | {op} | {' + '.join(_shape(s) for s in l.in_shapes)} | {_shape(l.out_shape)} "
+            f"| {fl / 1e6:.2f} | {c.variant} | {c.cfg} | {c.source} "
+            f"| {'%.4f' % ms if ms is not None else '-'} | {'%.1f' % gf if gf else '-'} "
+            f"| {'%.1f' % pk if pk else '-'} | {_stats(c)} |")
+    mib = lambda b: b / 2 ** 20
+    param_bytes = 4 * sch.param_count
+    lines += ["", "## Memory", "",
+              f"- activations: {mib(sch.act_bytes):.2f} MiB in "
+              f"{sum(1 for b in sch.buffers if b.kind == 'act')} buffers reused by liveness "
+              f"(one buffer per tensor would take {mib(sch.naive_act_bytes):.2f} MiB)",
+              f"- parameters: {mib(param_bytes):.2f} MiB ({sch.param_count} floats)",
+              f"- variant-owned buffers (packed weights): "
+              f"{mib(sum(b.bytes for b in sch.buffers if b.kind == 'extra')):.2f} MiB",
+              f"- shared scratch: {mib(sch.scratch_bytes):.2f} MiB",
+              f"- kernels per run: {len(sch.run_launches)}, in set_params: "
+              f"{len(sch.launches) - len(sch.run_launches)}", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))

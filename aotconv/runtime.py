@@ -1,0 +1,117 @@
+"""Load an emitted library through cffi (ABI mode) as a callable network, for tests and scripts."""
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .errors import AotconvError
+
+_CDEF = """
+typedef struct aotconv_{n} aotconv_{n};
+typedef struct {{ int platform_index; int device_index; const char *device_name; int profile; }}
+    aotconv_{n}_options;
+int aotconv_{n}_create(aotconv_{n} **out, const aotconv_{n}_options *opts);
+int aotconv_{n}_set_params(aotconv_{n} *net, const float *params, size_t count);
+int aotconv_{n}_load_params(aotconv_{n} *net, const char *path);
+int aotconv_{n}_run(aotconv_{n} *net, const float *input, size_t input_count,
+                    float *output, size_t output_count);
+int aotconv_{n}_profile(aotconv_{n} *net, double *layer_ms, size_t n);
+const char *aotconv_{n}_last_error(const aotconv_{n} *net);
+void aotconv_{n}_destroy(aotconv_{n} *net);
+const char *aotconv_{n}_kernel_name(size_t i);
+"""
+
+
+class LibraryError(AotconvError):
+    def __init__(self, code, message):
+        self.code = code
+        super().__init__(f"[{code}] {message}")
+
+
+class Network:
+    """A built network: `net(x)` runs the library on a float32 NCHW array and returns the output."""
+
+    def __init__(self, directory, device_name=None, profile=True, params=True):
+        from cffi import FFI
+        d = Path(directory)
+        meta = json.loads((d / "tuning.json").read_text())
+        self.dir, self.meta = d, meta
+        n = meta["c_name"]
+        self.name = n
+        self.input_shape = tuple(meta["input_shape"])
+        self.output_shapes = [tuple(o["shape"]) for o in meta["outputs"]]
+        self.param_count = meta["param_count"]
+        self.ffi = ffi = FFI()
+        ffi.cdef(_CDEF.format(n=n))
+        self.lib = ffi.dlopen(str((d / f"lib{n}.so").resolve()))
+        self._f = lambda s: getattr(self.lib, f"aotconv_{n}_{s}")
+        opts = ffi.new(f"aotconv_{n}_options *")
+        opts.platform_index, opts.device_index, opts.profile = -1, -1, int(profile)
+        self._name_keep = ffi.new("char[]", device_name.encode()) if device_name else ffi.NULL
+        opts.device_name = self._name_keep
+        h = ffi.new(f"aotconv_{n} **")
+        self._check(self._f("create")(h, opts), None)
+        self.handle = h[0]
+        self.kernel_names = []
+        i = 0
+        while True:
+            s = self._f("kernel_name")(i)
+            if s == ffi.NULL:
+                break
+            self.kernel_names.append(ffi.string(s).decode())
+            i += 1
+        if params and (d / f"{n}.params.bin").exists():
+            self.load_params(d / f"{n}.params.bin")
+
+    def _check(self, rc, handle="self"):
+        if rc != 0:
+            h = self.ffi.NULL if handle is None else self.handle
+            raise LibraryError(rc, self.ffi.string(self._f("last_error")(h)).decode())
+
+    def set_params(self, flat):
+        flat = np.ascontiguousarray(flat, np.float32).ravel()
+        self._check(self._f("set_params")(self.handle, self.ffi.from_buffer("float[]", flat),
+                                          flat.size))
+
+    def load_params(self, path):
+        self._check(self._f("load_params")(self.handle, str(path).encode()))
+
+    def __call__(self, x):
+        x = np.ascontiguousarray(x, np.float32)
+        total = sum(int(np.prod(s)) for s in self.output_shapes)
+        out = np.empty(total, np.float32)
+        self._check(self._f("run")(self.handle, self.ffi.from_buffer("float[]", x), x.size,
+                                   self.ffi.from_buffer("float[]", out), out.size))
+        outs, off = [], 0
+        for s in self.output_shapes:
+            c = int(np.prod(s))
+            outs.append(out[off:off + c].reshape(s))
+            off += c
+        return outs[0] if len(outs) == 1 else outs
+
+    def profile(self):
+        """[(kernel name, ms)] of the last run."""
+        ms = np.empty(len(self.kernel_names), np.float64)
+        self._check(self._f("profile")(self.handle, self.ffi.from_buffer("double[]", ms), ms.size))
+        return list(zip(self.kernel_names, ms.tolist()))
+
+    def close(self):
+        if getattr(self, "handle", None) is not None:
+            self._f("destroy")(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def load(directory, **kwargs):
+    return Network(directory, **kwargs)

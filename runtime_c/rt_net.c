@@ -1,0 +1,315 @@
+/* The network handle: OpenCL objects made once in create(), the launch table replayed in run(). */
+#include "aotconv_rt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(n, call, what, layer)                                                          \
+    do {                                                                                     \
+        cl_int e_ = (call);                                                                  \
+        if (e_ != CL_SUCCESS)                                                                \
+            return aotrt_set_error((n), AOTRT_ERR_OPENCL, "%s: layer '%s': %s failed: %s (%d)", \
+                                   (n)->desc->net, (layer), (what), aotrt_cl_error_name(e_), \
+                                   (int)e_);                                                 \
+    } while (0)
+
+static int build_program(aotrt_net *n, int i)
+{
+    const aotrt_desc *d = n->desc;
+    const aotrt_program *p = &d->programs[i];
+    cl_int err;
+    size_t len = strlen(p->source);
+    n->programs[i] = clCreateProgramWithSource(n->ctx, 1, &p->source, &len, &err);
+    CHECK(n, err, "clCreateProgramWithSource", p->layer);
+    err = clBuildProgram(n->programs[i], 1, &n->device, d->build_options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char log[1536] = "";
+        clGetProgramBuildInfo(n->programs[i], n->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1,
+                              log, NULL);
+        return aotrt_set_error(n, AOTRT_ERR_BUILD,
+                               "%s: layer '%s': clBuildProgram failed: %s (%d); build log:\n%s",
+                               d->net, p->layer, aotrt_cl_error_name(err), (int)err, log);
+    }
+    return AOTRT_OK;
+}
+
+static int make_kernel(aotrt_net *n, int i)
+{
+    const aotrt_launch *l = &n->desc->launches[i];
+    cl_int err;
+    n->kernels[i] = clCreateKernel(n->programs[l->program], l->kernel, &err);
+    if (err != CL_SUCCESS)
+        return aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s: layer '%s': clCreateKernel(%s) failed: %s",
+                               n->desc->net, l->layer, l->kernel, aotrt_cl_error_name(err));
+    for (int a = 0; a < l->nargs; ++a) {
+        const aotrt_arg *arg = &l->args[a];
+        if (arg->kind == AOTRT_ARG_BUF)
+            err = clSetKernelArg(n->kernels[i], a, sizeof(cl_mem), &n->buffers[arg->buffer]);
+        else if (arg->kind == AOTRT_ARG_INT)
+            err = clSetKernelArg(n->kernels[i], a, sizeof(cl_int), &arg->i);
+        else
+            err = clSetKernelArg(n->kernels[i], a, sizeof(cl_float), &arg->f);
+        if (err != CL_SUCCESS)
+            return aotrt_set_error(n, AOTRT_ERR_OPENCL,
+                                   "%s: layer '%s': clSetKernelArg(%s, %d) failed: %s",
+                                   n->desc->net, l->layer, l->kernel, a, aotrt_cl_error_name(err));
+    }
+    return AOTRT_OK;
+}
+
+static int setup(aotrt_net *n, const aotrt_options *o)
+{
+    const aotrt_desc *d = n->desc;
+    int rc = aotrt_pick_device(n, d, o);
+    if (rc)
+        return rc;
+    cl_int err;
+    n->ctx = clCreateContext(NULL, 1, &n->device, NULL, NULL, &err);
+    CHECK(n, err, "clCreateContext", "-");
+    cl_command_queue_properties props = n->profile ? CL_QUEUE_PROFILING_ENABLE : 0;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    n->queue = clCreateCommandQueue(n->ctx, n->device, props, &err);
+#pragma GCC diagnostic pop
+    CHECK(n, err, "clCreateCommandQueue", "-");
+
+    n->programs = calloc(d->nprograms, sizeof(cl_program));
+    n->kernels = calloc(d->nlaunches, sizeof(cl_kernel));
+    n->buffers = calloc(d->nbuffers, sizeof(cl_mem));
+    n->events = calloc(d->nrun ? d->nrun : 1, sizeof(cl_event));
+    if (!n->programs || !n->kernels || !n->buffers || !n->events)
+        return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+
+    for (int i = 0; i < d->nbuffers; ++i) {
+        n->buffers[i] = clCreateBuffer(n->ctx, CL_MEM_READ_WRITE, d->buffers[i].bytes, NULL, &err);
+        if (err != CL_SUCCESS)
+            return aotrt_set_error(n, AOTRT_ERR_OPENCL,
+                                   "%s: clCreateBuffer(%s, %zu bytes) failed: %s", d->net,
+                                   d->buffers[i].name, d->buffers[i].bytes, aotrt_cl_error_name(err));
+    }
+    for (int i = 0; i < d->nprograms; ++i)
+        if ((rc = build_program(n, i)))
+            return rc;
+    for (int i = 0; i < d->nlaunches; ++i)
+        if ((rc = make_kernel(n, i)))
+            return rc;
+    return AOTRT_OK;
+}
+
+int aotrt_create(const aotrt_desc *d, aotrt_net **out, const aotrt_options *o)
+{
+    if (!out)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s_create: out is NULL", d->net);
+    *out = NULL;
+    aotrt_net *n = calloc(1, sizeof *n);
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    n->desc = d;
+    n->profile = o ? o->profile : 1;
+    int rc = setup(n, o);
+    if (rc) {
+        aotrt_set_error(NULL, rc, "%s", n->error);
+        aotrt_destroy(n);
+        return rc;
+    }
+    *out = n;
+    return AOTRT_OK;
+}
+
+static int enqueue(aotrt_net *n, int i, cl_event *ev)
+{
+    const aotrt_launch *l = &n->desc->launches[i];
+    int has_local = l->local[0] != 0;
+    cl_int err = clEnqueueNDRangeKernel(n->queue, n->kernels[i], l->dims, NULL, l->global,
+                                        has_local ? l->local : NULL, 0, NULL, ev);
+    if (err != CL_SUCCESS)
+        return aotrt_set_error(n, AOTRT_ERR_OPENCL,
+                               "%s: layer '%s': clEnqueueNDRangeKernel(%s) failed: %s (%d)",
+                               n->desc->net, l->layer, l->kernel, aotrt_cl_error_name(err), (int)err);
+    return AOTRT_OK;
+}
+
+int aotrt_set_params(aotrt_net *n, const float *params, size_t count)
+{
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "set_params: net is NULL");
+    const aotrt_desc *d = n->desc;
+    if (!params)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_set_params: params is NULL", d->net);
+    if (count != d->param_count)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
+                               "%s_set_params: got %zu floats, the network has %zu parameters",
+                               d->net, count, d->param_count);
+    for (int i = 0; i < d->nparams; ++i) {
+        const aotrt_param *p = &d->params[i];
+        CHECK(n, clEnqueueWriteBuffer(n->queue, n->buffers[p->buffer], CL_FALSE, 0,
+                                      p->count * sizeof(float), params + p->offset, 0, NULL, NULL),
+              "clEnqueueWriteBuffer", p->name);
+    }
+    /* weight re-layouts (packing, Winograd transforms) run once, here */
+    for (int i = 0; i < d->nlaunches; ++i) {
+        if (d->launches[i].phase != AOTRT_PHASE_SETUP)
+            continue;
+        int rc = enqueue(n, i, NULL);
+        if (rc)
+            return rc;
+    }
+    CHECK(n, clFinish(n->queue), "clFinish", "set_params");
+    n->params_set = 1;
+    return AOTRT_OK;
+}
+
+int aotrt_load_params(aotrt_net *n, const char *path)
+{
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "load_params: net is NULL");
+    const aotrt_desc *d = n->desc;
+    if (!path)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_load_params: path is NULL", d->net);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s'", d->net, path);
+    float *buf = malloc(d->param_count ? d->param_count * sizeof(float) : 1);
+    if (!buf) {
+        fclose(f);
+        return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    }
+    size_t got = fread(buf, sizeof(float), d->param_count, f);
+    int extra = fgetc(f) != EOF;
+    fclose(f);
+    int rc;
+    if (got != d->param_count || extra)
+        rc = aotrt_set_error(n, AOTRT_ERR_IO,
+                             "%s_load_params: '%s' holds %s%zu floats, the network has %zu "
+                             "parameters (float32, little-endian, in the header's order)",
+                             d->net, path, extra ? "more than " : "", got, d->param_count);
+    else
+        rc = aotrt_set_params(n, buf, d->param_count);
+    free(buf);
+    return rc;
+}
+
+int aotrt_run(aotrt_net *n, const float *input, size_t input_count, float *output,
+              size_t output_count)
+{
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run: net is NULL");
+    const aotrt_desc *d = n->desc;
+    if (!input || !output)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_run: %s is NULL", d->net,
+                               input ? "output" : "input");
+    if (input_count != d->input.count)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
+                               "%s_run: input has %zu floats, expected %zu", d->net,
+                               input_count, d->input.count);
+    if (output_count != d->output_count)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
+                               "%s_run: output has room for %zu floats, expected %zu", d->net,
+                               output_count, d->output_count);
+    if (!n->params_set)
+        return aotrt_set_error(n, AOTRT_ERR_STATE,
+                               "%s_run: parameters are not set; call set_params or load_params "
+                               "first", d->net);
+    if (n->profile)
+        for (int i = 0; i < d->nrun; ++i)
+            if (n->events[i]) {
+                clReleaseEvent(n->events[i]);
+                n->events[i] = NULL;
+            }
+    n->ran = 0;
+    CHECK(n, clEnqueueWriteBuffer(n->queue, n->buffers[d->input.buffer], CL_FALSE, 0,
+                                  input_count * sizeof(float), input, 0, NULL, NULL),
+          "clEnqueueWriteBuffer", "input");
+    int r = 0;
+    for (int i = 0; i < d->nlaunches; ++i) {
+        if (d->launches[i].phase != AOTRT_PHASE_RUN)
+            continue;
+        int rc = enqueue(n, i, n->profile ? &n->events[r] : NULL);
+        if (rc) {
+            clFinish(n->queue);
+            return rc;
+        }
+        ++r;
+    }
+    size_t off = 0;
+    for (int o = 0; o < d->noutputs; ++o) {
+        const aotrt_io *io = &d->outputs[o];
+        cl_bool last = o + 1 == d->noutputs;
+        CHECK(n, clEnqueueReadBuffer(n->queue, n->buffers[io->buffer], last, 0,
+                                     io->count * sizeof(float), output + off, 0, NULL, NULL),
+              "clEnqueueReadBuffer", "output");
+        off += io->count;
+    }
+    n->ran = 1;
+    return AOTRT_OK;
+}
+
+int aotrt_profile(aotrt_net *n, double *ms, size_t count)
+{
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "profile: net is NULL");
+    const aotrt_desc *d = n->desc;
+    if (!ms)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_profile: layer_ms is NULL", d->net);
+    if (count != (size_t)d->nrun)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
+                               "%s_profile: room for %zu entries, the network runs %d kernels",
+                               d->net, count, d->nrun);
+    if (!n->profile)
+        return aotrt_set_error(n, AOTRT_ERR_STATE,
+                               "%s_profile: created with profiling off", d->net);
+    if (!n->ran)
+        return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_profile: no completed run yet", d->net);
+    int r = 0;
+    for (int i = 0; i < d->nlaunches; ++i) {
+        if (d->launches[i].phase != AOTRT_PHASE_RUN)
+            continue;
+        cl_ulong t0 = 0, t1 = 0;
+        CHECK(n, clGetEventProfilingInfo(n->events[r], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL),
+              "clGetEventProfilingInfo", d->launches[i].layer);
+        CHECK(n, clGetEventProfilingInfo(n->events[r], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL),
+              "clGetEventProfilingInfo", d->launches[i].layer);
+        ms[r++] = (double)(t1 - t0) * 1e-6;
+    }
+    return AOTRT_OK;
+}
+
+const char *aotrt_last_error(const aotrt_net *n)
+{
+    return n ? n->error : aotrt_global_error();
+}
+
+void aotrt_destroy(aotrt_net *n)
+{
+    if (!n)
+        return;
+    const aotrt_desc *d = n->desc;
+    if (n->queue)
+        clFinish(n->queue);
+    if (n->events)
+        for (int i = 0; i < d->nrun; ++i)
+            if (n->events[i])
+                clReleaseEvent(n->events[i]);
+    if (n->kernels)
+        for (int i = 0; i < d->nlaunches; ++i)
+            if (n->kernels[i])
+                clReleaseKernel(n->kernels[i]);
+    if (n->programs)
+        for (int i = 0; i < d->nprograms; ++i)
+            if (n->programs[i])
+                clReleaseProgram(n->programs[i]);
+    if (n->buffers)
+        for (int i = 0; i < d->nbuffers; ++i)
+            if (n->buffers[i])
+                clReleaseMemObject(n->buffers[i]);
+    if (n->queue)
+        clReleaseCommandQueue(n->queue);
+    if (n->ctx)
+        clReleaseContext(n->ctx);
+    free(n->events);
+    free(n->kernels);
+    free(n->programs);
+    free(n->buffers);
+    free(n);
+}

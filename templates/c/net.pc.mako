@@ -1,0 +1,11 @@
+prefix=${prefix}
+libdir=${"${prefix}"}
+includedir=${"${prefix}"}
+
+Name: ${name}
+Description: aotconv-compiled network ${name} for target ${target}
+Version: ${version}
+Requires.private: OpenCL
+Libs: -L${"${libdir}"} -l${name}
+Libs.private: -lOpenCL
+Cflags: -I${"${includedir}"}
