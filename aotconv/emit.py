@@ -42,8 +42,8 @@ def _arg_c(a):
     return f"{{AOTRT_ARG_FLOAT, 0, 0, {float(v)!r}f}}"
 
 
-def _render(name, **ns):
-    return _lookup.get_template(name).render(**ns)
+def _render(template, **ns):
+    return _lookup.get_template(template).render(**ns)
 
 
 def emit(sch, target, outdir, cc=None):

@@ -56,16 +56,17 @@ def write_report(res, path):
             f"| {fl / 1e6:.2f} | {c.variant} | {c.cfg} | {c.source} "
             f"| {'%.4f' % ms if ms is not None else '-'} | {'%.1f' % gf if gf else '-'} "
             f"| {'%.1f' % pk if pk else '-'} | {_stats(c)} |")
-    mib = lambda b: b / 2 ** 20
+    def size(b):
+        return f"{b / 2 ** 20:.2f} MiB" if b >= 2 ** 20 else f"{b / 1024:.1f} KiB"
     param_bytes = 4 * sch.param_count
     lines += ["", "## Memory", "",
-              f"- activations: {mib(sch.act_bytes):.2f} MiB in "
+              f"- activations: {size(sch.act_bytes)} in "
               f"{sum(1 for b in sch.buffers if b.kind == 'act')} buffers reused by liveness "
-              f"(one buffer per tensor would take {mib(sch.naive_act_bytes):.2f} MiB)",
-              f"- parameters: {mib(param_bytes):.2f} MiB ({sch.param_count} floats)",
+              f"(one buffer per tensor would take {size(sch.naive_act_bytes)})",
+              f"- parameters: {size(param_bytes)} ({sch.param_count} floats)",
               f"- variant-owned buffers (packed weights): "
-              f"{mib(sum(b.bytes for b in sch.buffers if b.kind == 'extra')):.2f} MiB",
-              f"- shared scratch: {mib(sch.scratch_bytes):.2f} MiB",
+              f"{size(sum(b.bytes for b in sch.buffers if b.kind == 'extra'))}",
+              f"- shared scratch: {size(sch.scratch_bytes)}",
               f"- kernels per run: {len(sch.run_launches)}, in set_params: "
               f"{len(sch.launches) - len(sch.run_launches)}", ""]
     with open(path, "w") as f:

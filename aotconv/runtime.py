@@ -34,6 +34,9 @@ class Network:
     def __init__(self, directory, device_name=None, profile=True, params=True):
         from cffi import FFI
         d = Path(directory)
+        if not (d / "tuning.json").is_file():
+            raise AotconvError(f"{d}: not an aotconv build directory (no tuning.json); "
+                               f"run `aotconv build NET -o {d}` first")
         meta = json.loads((d / "tuning.json").read_text())
         self.dir, self.meta = d, meta
         n = meta["c_name"]

@@ -1,0 +1,39 @@
+# aotconv: `make demo` and `make test` work on a fresh Debian machine (root or sudo).
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PKGS := pocl-opencl-icd ocl-icd-opencl-dev opencl-headers ninja-build gcc pkg-config
+NET     ?= lenet5
+
+.PHONY: deps demo test bench-cpu bench-gpu clean
+
+# System packages (PoCL = the CPU OpenCL device, the ICD loader and headers) and a virtualenv
+# with the Python dependencies; each step is skipped when already done.
+deps: $(BIN)/.deps-ok
+$(BIN)/.deps-ok: pyproject.toml
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+demo: deps
+	$(BIN)/aotconv build $(NET) --target pocl-cpu --budget 40 --check -o build/$(NET)
+	$(BIN)/aotconv run build/$(NET)
+
+test: deps
+	$(BIN)/python -m pytest -q -x
+
+bench-cpu: deps
+	$(BIN)/aotconv bench --target pocl-cpu
+
+bench-gpu:
+	@echo "run tools/gpu_bench.sh on the GPU machine (see docs/benchmarks.md)"
+
+clean:
+	rm -rf build .pytest_cache
