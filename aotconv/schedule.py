@@ -5,16 +5,10 @@ variant-owned buffer, one shared scratch buffer, and activation buffers assigned
 a tensor's buffer is reused once every layer that reads it has run.
 """
 from dataclasses import dataclass, field
-import re
 
-from .graph import count
+from .graph import c_ident, count
 from .ops import is_alias
 from .passes import resolve_alias
-
-
-def c_ident(name):
-    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return s if re.match(r"[A-Za-z_]", s) else "l_" + s
 
 
 @dataclass

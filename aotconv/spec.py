@@ -19,7 +19,7 @@ import yaml
 
 from . import ops
 from .errors import SpecError
-from .graph import Layer, Network
+from .graph import Layer, Network, c_ident
 
 NETS_DIR = Path(__file__).parent / "nets"
 TOP_KEYS = ("name", "input", "layers", "outputs")
@@ -310,8 +310,7 @@ def _inputs_of(m, w):
 
 def _sanitise(name):
     """The C identifier a layer name becomes in emitted code."""
-    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return "_" + s if s[0].isdigit() else s
+    return c_ident(name)
 
 
 def _check_names(specs):
