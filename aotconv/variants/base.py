@@ -149,6 +149,11 @@ class Variant:
     def supports(self, layer):
         return None if layer.op in self.ops else f"{self.name} implements {self.ops}, not {layer.op}"
 
+    def layouts_of(self, layer, cfg):
+        """(layout of the input read, layout of the output written) by `cfg`: "NCHW", "CHWN" or
+        "NHWC". Variants with a layout knob override this; NCHW/NCHW must stay in the space."""
+        return self.layouts
+
     # -- space ----------------------------------------------------------------------------------
     def knobs(self, layer, target):
         return [Knob("WG", (64,), "work-group size")]
