@@ -1,8 +1,51 @@
-"""Pick one (variant, configuration) per layer: from tuning, from records, or the fallback."""
-from dataclasses import dataclass, field
+"""Pick one (variant, configuration) per layer: from tuning, from records, or the fallback.
 
+    choose(net, target, mode="tune")   the target's device is here: search (tune.search),
+                                       reading and appending records; absent: as "records",
+                                       warning loudly about every layer left untuned
+    mode="records"                     recorded results only (shipped, cache, --tuning-db),
+                                       fallbacks for the rest
+    mode="fallback"                    every layer's fallback, valid under the target's limits
+
+Choice and Stats are frozen (hashable) dataclasses; Stats carries what report.md and the
+histogram need: counts of candidates tried / pruned / failed by kind, every valid time measured.
+"""
+from dataclasses import dataclass, field, asdict
+import sys
+
+from .errors import AotconvError
+from .ops import is_alias, flops as op_flops, bytes_moved
 from .variants import for_layer, BY_NAME
 from .variants.base import Config
+
+
+@dataclass(frozen=True)
+class Stats:
+    space: int = 0              # points before pruning, all variants
+    pruned: int = 0             # removed by constraints (algorithm, software, device limits)
+    tried: int = 0              # candidates measured on the device (records included)
+    ok: int = 0
+    build_failed: int = 0
+    launch_failed: int = 0
+    wrong: int = 0
+    timed_out: int = 0
+    times: tuple = ()           # ms of every valid candidate measured (the histogram)
+    fallback_ms: float = None   # the untuned fallback's time, when measured
+    flops: int = 0              # of one run of the layer
+    bytes: int = 0              # the fewest bytes one run must move (roofline)
+    new: int = 0                # measured in this run (the rest came from records)
+    trials: int = 0             # the share of the budget this layer was granted
+    seconds: float = 0.0        # wall time spent tuning it
+    strategy: str = ""
+    layers: tuple = ()          # the identical layers that share this choice
+    per_variant: tuple = ()     # ((variant, space, pruned, tried, ok, best_ms), ...)
+
+    @property
+    def failed(self):
+        return self.build_failed + self.launch_failed + self.timed_out
+
+    def as_dict(self):
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -11,24 +54,152 @@ class Choice:
     cfg: Config
     time_ms: float = None
     source: str = "fallback"        # "tuned" | "record" | "fallback"
-    stats: tuple = ()               # (("tried", n), ("pruned", n), ...) for the report
+    stats: Stats = field(default_factory=Stats)
 
     @property
     def impl(self):
         return BY_NAME[self.variant]
 
+    @property
+    def gflops(self):
+        if not self.time_ms or not self.stats.flops:
+            return None
+        return self.stats.flops / (self.time_ms * 1e6)
+
+    @property
+    def speedup(self):
+        """How much faster than the untuned fallback (both measured), or None."""
+        if self.time_ms and self.stats.fallback_ms:
+            return self.stats.fallback_ms / self.time_ms
+        return None
+
 
 def fallback_choice(layer, target):
-    variants = for_layer(layer)
-    if not variants:
-        from .errors import AotconvError
-        raise AotconvError(f"layer '{layer.name}': no kernel variant implements op '{layer.op}' "
-                           f"with these attributes")
-    v = variants[0]
-    return Choice(v.name, v.fallback(layer, target))
+    """The fallback valid under `target`'s limits (tune.search.fallback_candidate)."""
+    from .tune.search import fallback_candidate
+    c = fallback_candidate(layer, target)
+    return Choice(c.variant, c.cfg, stats=_base_stats(layer))
 
 
-def choose(net, target, **options):
-    """{layer name: Choice} for every layer that runs a kernel (aliases excluded)."""
-    from .ops import is_alias
-    return {l.name: fallback_choice(l, target) for l in net.layers if not is_alias(l)}
+def _base_stats(layer, space=None):
+    if space is None:
+        return Stats(flops=op_flops(layer), bytes=bytes_moved(layer), layers=(layer.name,))
+    return Stats(space=space.total, pruned=space.pruned, flops=op_flops(layer),
+                 bytes=bytes_moved(layer), layers=(layer.name,))
+
+
+def stats_of(result):
+    """Stats of a tune.search.LayerResult."""
+    from .tune.measure import Status
+    layer = result.layers[0]
+    count = {s: 0 for s in Status}
+    for o in result.outcomes.values():
+        count[o.status] += 1
+    times = tuple(o.time_ms for o in result.outcomes.values() if o.ok)
+    fb = result.outcomes.get(result.fallback)
+    per = []
+    for p in result.space.parts:
+        mine = [o for c, o in result.outcomes.items() if c.variant == p.variant.name]
+        oks = [o.time_ms for o in mine if o.ok]
+        per.append((p.variant.name, p.total, p.pruned, len(mine), len(oks),
+                    min(oks) if oks else None))
+    return Stats(space=result.space.total, pruned=result.space.pruned,
+                 tried=len(result.outcomes), ok=count[Status.OK],
+                 build_failed=count[Status.BUILD_FAILED],
+                 launch_failed=count[Status.LAUNCH_FAILED], wrong=count[Status.WRONG],
+                 timed_out=count[Status.TIMED_OUT], times=times,
+                 fallback_ms=fb.time_ms if fb is not None and fb.ok else None,
+                 flops=op_flops(layer), bytes=bytes_moved(layer), new=result.new,
+                 trials=result.trials, seconds=round(result.seconds, 3),
+                 strategy=result.strategy, layers=tuple(l.name for l in result.layers),
+                 per_variant=tuple(per))
+
+
+def _choice_of(result, source):
+    st = stats_of(result)
+    if result.best is None:
+        fb = result.fallback
+        return Choice(fb.variant, fb.cfg, None, "fallback", st)
+    return Choice(result.best.variant, result.best.cfg, result.best_outcome.time_ms, source, st)
+
+
+def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=None,
+           require_tuned=False, quiet=False, json_progress=False, jobs=None, seed=0,
+           progress=None, measurer=None, only=None):
+    """{layer name: Choice} for every layer that runs a kernel (aliases excluded).
+
+    budget: trials (200), time ('10m') or None (up to 64 trials per unique layer);
+    strategy: a name from tune.strategies (options as 'annealing:T=6'); jobs: parallel
+    compiles (default: every core); only: layer names to consider (the rest are left out).
+    """
+    from .targets import get_target, find_device, with_limits, device_identity
+    from .tune import strategies
+    from .tune.records import Store
+    from .tune.progress import Progress
+    from .tune import search
+
+    if isinstance(target, str):
+        target = get_target(target)
+    if mode not in ("tune", "records", "fallback"):
+        raise AotconvError(f"unknown choice mode '{mode}'; use tune, records or fallback")
+    strategy = strategy or strategies.DEFAULT
+    strategies.parse(strategy)
+    layers = [l for l in net.layers if not is_alias(l) and (only is None or l.name in only)]
+    groups = search.unique_layers(layers)
+    progress = progress or Progress.make(quiet=quiet, json_progress=json_progress)
+
+    if mode == "fallback":
+        return {l.name: fallback_choice(l, target) for l in layers}
+
+    found = find_device(target)
+    device = device_identity(*found) if found is not None else None
+    store = Store.default(target, tuning_db)
+    if mode == "tune" and found is not None:
+        live = with_limits(target, found[1])
+        from .tune.measure import Measurer
+        own = measurer is None
+        measurer = measurer or Measurer(live, jobs=jobs)
+        try:
+            results = search.tune_network(groups, live, measurer, store, device, budget=budget,
+                                          strategy=strategy, seed=seed, progress=progress)
+        finally:
+            if own:
+                measurer.close()
+        source = "tuned"
+    else:
+        if found is not None:
+            target = with_limits(target, found[1])
+        results = search.records_only(groups, target, store, device)
+        source = "record"
+
+    out, untuned = {}, []
+    for g in groups:
+        r = results[g[0].signature_str()]
+        c = _choice_of(r, source)
+        if c.source == "fallback":
+            untuned.extend(l.name for l in g)
+        for l in g:
+            out[l.name] = c
+    if untuned:
+        why = ("no matching OpenCL device is present" if found is None else
+               "the device is present but records were asked for" if mode == "records" else
+               "no candidate ran correctly")
+        msg = (f"target '{target.name}': {why}; {len(untuned)} of {len(layers)} layers have no "
+               f"tuning record and use their untuned fallback: {', '.join(untuned)}. Tune them "
+               f"with `aotconv tune NET --target {target.name}` on that device, or pass "
+               f"--tuning-db FILE.")
+        if require_tuned:
+            raise AotconvError(msg.replace("use their untuned fallback",
+                                           "--require-tuned refuses the untuned fallback"))
+        progress.warn(msg)
+    return {l.name: out[l.name] for l in layers}
+
+
+def space_report(layer, target):
+    """Text for `aotconv space NET --layer L`: each variant's space before and after pruning
+    and what every constraint removed."""
+    from .space import layer_space, report
+    from .targets import get_target
+    if isinstance(target, str):
+        target = get_target(target)
+    return report(layer_space(layer, target))

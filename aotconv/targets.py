@@ -26,6 +26,10 @@ class Target:
     peak_gflops: float = 0.0    # FP32
     peak_gbps: float = 0.0
     description: str = ""
+    # added for the tuner (all optional; 0 / () means "unknown: no constraint")
+    max_wg_dims: tuple = ()     # work-items per work-group along each dimension
+    local_mem_per_cu: int = 0   # local memory shared by the work-groups of one CU (occupancy)
+    cache_bytes: int = 0        # last-level cache timing must defeat by rotating inputs
 
     def summary(self):
         return (f"{self.name}: {self.description} ({self.compute_units} CUs, "
@@ -34,21 +38,29 @@ class Target:
 
 TARGETS = {t.name: t for t in [
     Target("h100", "NVIDIA", r"H100", "gpu", 1024, 48 * 1024, 132, 32, 65536, 255, 2,
-           66900.0, 3350.0, "NVIDIA H100 SXM, NVIDIA OpenCL"),
+           66900.0, 3350.0, "NVIDIA H100 SXM, NVIDIA OpenCL",
+           max_wg_dims=(1024, 1024, 64), local_mem_per_cu=228 * 1024, cache_bytes=50 << 20),
     Target("pocl-cpu", r"pocl|Portable Computing Language", r".*", "cpu", 4096, 2 * 1024 * 1024,
-           2, 16, 0, 255, 1, 320.0, 20.0, "PoCL pthread CPU device"),
+           2, 16, 0, 255, 1, 320.0, 20.0, "PoCL pthread CPU device",
+           max_wg_dims=(4096, 4096, 4096), cache_bytes=32 << 20),
     Target("fury-x", r"Advanced Micro Devices|AMD", r"Fiji|Fury", "gpu", 256, 64 * 1024, 64, 64,
-           65536, 255, 2, 8602.0, 512.0, "AMD Radeon R9 Fury X (Fiji)"),
+           65536, 255, 2, 8602.0, 512.0, "AMD Radeon R9 Fury X (Fiji)",
+           max_wg_dims=(256, 256, 256), local_mem_per_cu=64 * 1024, cache_bytes=2 << 20),
     Target("r9-nano", r"Advanced Micro Devices|AMD", r"Fiji|Nano", "gpu", 256, 64 * 1024, 64, 64,
-           65536, 255, 2, 8192.0, 512.0, "AMD Radeon R9 Nano (Fiji)"),
+           65536, 255, 2, 8192.0, 512.0, "AMD Radeon R9 Nano (Fiji)",
+           max_wg_dims=(256, 256, 256), local_mem_per_cu=64 * 1024, cache_bytes=2 << 20),
     Target("gtx1080", "NVIDIA", r"GTX 1080", "gpu", 1024, 48 * 1024, 20, 32, 65536, 255, 2,
-           8873.0, 320.0, "NVIDIA GeForce GTX 1080 (Pascal)"),
+           8873.0, 320.0, "NVIDIA GeForce GTX 1080 (Pascal)",
+           max_wg_dims=(1024, 1024, 64), local_mem_per_cu=96 * 1024, cache_bytes=2 << 20),
     Target("titan-x", "NVIDIA", r"TITAN X", "gpu", 1024, 48 * 1024, 24, 32, 65536, 255, 2,
-           6605.0, 336.0, "NVIDIA GeForce GTX TITAN X (Maxwell)"),
+           6605.0, 336.0, "NVIDIA GeForce GTX TITAN X (Maxwell)",
+           max_wg_dims=(1024, 1024, 64), local_mem_per_cu=96 * 1024, cache_bytes=3 << 20),
     Target("mali-t628", r"ARM", r"Mali-T628", "gpu", 256, 32 * 1024, 4, 4, 0, 64, 1,
-           34.0, 14.9, "ARM Mali-T628 MP6 (Odroid-XU3)"),
+           34.0, 14.9, "ARM Mali-T628 MP6 (Odroid-XU3)",
+           max_wg_dims=(256, 256, 256), cache_bytes=256 << 10),
     Target("adreno-530", r"QUALCOMM", r"Adreno.*530", "gpu", 1024, 32 * 1024, 4, 64, 0, 64, 1,
-           407.0, 29.9, "Qualcomm Adreno 530 (Snapdragon 820)"),
+           407.0, 29.9, "Qualcomm Adreno 530 (Snapdragon 820)",
+           max_wg_dims=(1024, 1024, 1024), cache_bytes=1 << 20),
 ]}
 
 
@@ -113,10 +125,23 @@ def from_device(platform, device):
     name = re.sub(r"[^a-z0-9]+", "-", device.name.lower()).strip("-")[:40]
     return Target(name, re.escape(platform.vendor), re.escape(device.name), "gpu" if is_gpu else "cpu",
                   device.max_work_group_size, device.local_mem_size, device.max_compute_units,
-                  32 if is_gpu else 8, description=f"{device.name} (read off the device)")
+                  32 if is_gpu else 8, description=f"{device.name} (read off the device)",
+                  max_wg_dims=tuple(device.max_work_item_sizes),
+                  cache_bytes=int(device.global_mem_cache_size))
 
 
 def with_limits(target, device):
     """The profile with the limits the live device reports where they are tighter."""
+    dims = tuple(device.max_work_item_sizes)
+    if target.max_wg_dims:
+        dims = tuple(min(a, b) for a, b in zip(target.max_wg_dims, dims))
     return replace(target, max_wg_size=min(target.max_wg_size, device.max_work_group_size),
-                   local_mem_bytes=min(target.local_mem_bytes, device.local_mem_size))
+                   local_mem_bytes=min(target.local_mem_bytes, device.local_mem_size),
+                   max_wg_dims=dims,
+                   cache_bytes=target.cache_bytes or int(device.global_mem_cache_size))
+
+
+def device_identity(platform, device):
+    """What tuning records are keyed by: results measured on one driver are not another's."""
+    return {"vendor": device.vendor.strip(), "name": device.name.strip(),
+            "driver": f"{platform.version.strip()} / {device.driver_version.strip()}"}

@@ -1,0 +1,267 @@
+"""The search space of one layer on one target: enumerate each variant's knobs, prune, explain.
+
+A point is a `Candidate` (variant name, Config). Each variant's unpruned space is the product of
+its knobs; its own constraints (BEAST's algorithm / software / hardware levels) and the target's
+device limits, added here for every variant, prune it. Every constraint is counted two ways:
+`first` (the points it was the first to reject, in level order: these add up to the pruned
+total) and `alone` (every point that violates it, whatever else does).
+
+`Grid` gives the strategies a uniform geometry over the survivors of all variants: one integer
+coordinate per dimension ("variant" plus the union of the knobs, -1 where a variant lacks a
+knob), Hamming neighbours and the nearest valid point.
+"""
+from dataclasses import dataclass, field
+import math
+
+import numpy as np
+
+from .variants import for_layer, VARIANTS
+from .variants.base import Config, Constraint, LEVELS
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    variant: str
+    cfg: Config
+
+    def __str__(self):
+        return f"{self.variant}[{self.cfg}]"
+
+
+# -- device limits, applied to every variant --------------------------------------------------
+
+def _prod(xs):
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+class _Geometry:
+    """The run launches' local sizes of each cfg, computed once and shared by the limit checks."""
+
+    def __init__(self, variant):
+        self.variant, self._memo = variant, {}
+
+    def lsizes(self, layer, cfg):
+        if cfg not in self._memo:
+            self._memo[cfg] = [tuple(l.lsize) for l in self.variant.launches(layer, cfg, "k")
+                               if l.lsize and l.phase == "run"]
+        return self._memo[cfg]
+
+    def wg(self, layer, cfg):
+        return max([_prod(s) for s in self.lsizes(layer, cfg)] or [1])
+
+
+def device_constraints(variant, target):
+    """The hardware-level constraints every variant gets from the target's limits."""
+    geo = _Geometry(variant)
+    out = [
+        Constraint("device.wg_size", "hardware",
+                   f"work-items per work-group above the device limit ({target.max_wg_size})",
+                   lambda l, c, t: geo.wg(l, c) <= t.max_wg_size),
+        Constraint("device.local_mem", "hardware",
+                   f"local memory per work-group above the device's {target.local_mem_bytes} B",
+                   lambda l, c, t: variant.local_mem_bytes(l, c) <= t.local_mem_bytes),
+    ]
+    if target.max_wg_dims:
+        out.append(Constraint(
+            "device.wg_dims", "hardware",
+            f"a work-group dimension above the device limit {tuple(target.max_wg_dims)}",
+            lambda l, c, t: all(d <= m for s in geo.lsizes(l, c)
+                                for d, m in zip(s, t.max_wg_dims))))
+    if target.min_wg_per_cu > 1:
+        per_cu = target.local_mem_per_cu or target.local_mem_bytes
+        out.append(Constraint(
+            "device.occupancy_local_mem", "hardware",
+            f"fewer than {target.min_wg_per_cu} work-groups per compute unit fit in its "
+            f"{per_cu} B of local memory (BEAST's minimum occupancy)",
+            lambda l, c, t: t.min_wg_per_cu * variant.local_mem_bytes(l, c) <= per_cu))
+    regs = getattr(variant, "registers", None)
+    if regs is not None:
+        out.append(Constraint(
+            "device.registers", "hardware",
+            f"estimated registers per work-item above the device's {target.max_regs_per_thread}",
+            lambda l, c, t: regs(l, c) <= t.max_regs_per_thread))
+        if target.registers_per_cu:
+            out.append(Constraint(
+                "device.occupancy_registers", "hardware",
+                f"fewer than {target.min_wg_per_cu} work-groups per compute unit fit in its "
+                f"{target.registers_per_cu} registers",
+                lambda l, c, t: t.min_wg_per_cu * geo.wg(l, c) * regs(l, c)
+                <= t.registers_per_cu))
+    return out
+
+
+# -- one variant's space ----------------------------------------------------------------------
+
+@dataclass
+class VariantSpace:
+    variant: object
+    knobs: list
+    total: int
+    points: list                    # surviving Configs, in knob order
+    constraints: list               # in the order they were applied
+    first: dict                     # constraint name -> points it was first to reject
+    alone: dict                     # constraint name -> points violating it
+    errors: dict = field(default_factory=dict)   # constraint name -> first exception text
+
+    @property
+    def pruned(self):
+        return self.total - len(self.points)
+
+
+def variant_space(layer, variant, target):
+    """Enumerate and prune `variant`'s space for `layer` under `target`."""
+    own = sorted(variant.constraints, key=lambda c: LEVELS.index(c.level))
+    cons = own + device_constraints(variant, target)
+    first = {c.name: 0 for c in cons}
+    alone = {c.name: 0 for c in cons}
+    errors = {}
+    points, total = [], 0
+    for cfg in variant.configs(layer, target):
+        total += 1
+        failed = None
+        for c in cons:
+            try:
+                ok = bool(c.check(layer, cfg, target))
+            except Exception as e:         # a constraint that cannot judge a point rejects it
+                ok = False
+                errors.setdefault(c.name, f"{type(e).__name__}: {e}")
+            if not ok:
+                alone[c.name] += 1
+                if failed is None:
+                    failed = c.name
+                    first[c.name] += 1
+        if failed is None:
+            points.append(cfg)
+    return VariantSpace(variant, list(variant.knobs(layer, target)), total, points, cons,
+                        first, alone, errors)
+
+
+# -- a layer's space --------------------------------------------------------------------------
+
+@dataclass
+class LayerSpace:
+    layer: object
+    target: object
+    parts: list                     # VariantSpace per supporting variant
+    unsupported: list               # (variant name, reason)
+
+    @property
+    def candidates(self):
+        return [Candidate(p.variant.name, cfg) for p in self.parts for cfg in p.points]
+
+    @property
+    def total(self):
+        return sum(p.total for p in self.parts)
+
+    @property
+    def pruned(self):
+        return sum(p.pruned for p in self.parts)
+
+    def grid(self):
+        return Grid(self.candidates)
+
+
+def layer_space(layer, target, variants=None):
+    """The spaces of every variant that supports `layer` (or of `variants`, when given)."""
+    parts, unsupported = [], []
+    for v in (VARIANTS if variants is None else variants):
+        why = v.supports(layer)
+        if why is None:
+            parts.append(variant_space(layer, v, target))
+        elif variants is not None or layer.op in v.ops:
+            unsupported.append((v.name, why))
+    return LayerSpace(layer, target, parts, unsupported)
+
+
+def report(space):
+    """Text for `aotconv space`: sizes before and after pruning and each constraint's toll."""
+    l, t = space.layer, space.target
+    shape = " + ".join("x".join(map(str, s)) for s in l.in_shapes)
+    lines = [f"layer {l.name}: {l.op} {shape} -> {'x'.join(map(str, l.out_shape))}"
+             f"  on {t.name} (max work-group {t.max_wg_size}, local memory {t.local_mem_bytes} B)"]
+    for p in space.parts:
+        kn = ", ".join(f"{k.name} {list(k.values)}" for k in p.knobs)
+        pct = 100.0 * p.pruned / p.total if p.total else 0.0
+        lines.append(f"  variant {p.variant.name}: {p.total} points -> {len(p.points)} after "
+                     f"pruning ({p.pruned} pruned, {pct:.1f}%)")
+        lines.append(f"    knobs: {kn}")
+        if p.constraints:
+            lines.append(f"    {'constraint':32s} {'level':9s} {'first':>7s} {'alone':>7s}  reason")
+        for c in p.constraints:
+            lines.append(f"    {c.name:32s} {c.level:9s} {p.first[c.name]:7d} {p.alone[c.name]:7d}"
+                         f"  {c.reason}")
+            if c.name in p.errors:
+                lines.append(f"      (raised on some points: {p.errors[c.name]})")
+    for name, why in space.unsupported:
+        lines.append(f"  variant {name}: not applicable ({why})")
+    lines.append(f"  total: {space.total} points -> {len(space.candidates)} candidates "
+                 f"({space.pruned} pruned)")
+    lines.append("  'first' counts the points a constraint was first to reject (they add up to "
+                 "the pruned total); 'alone' every point that violates it.")
+    return "\n".join(lines)
+
+
+# -- geometry for the strategies --------------------------------------------------------------
+
+def _sort_values(vals):
+    try:
+        return sorted(vals)
+    except TypeError:
+        return sorted(vals, key=repr)
+
+
+class Grid:
+    """Integer coordinates of candidates: dimension 0 is the variant, then the union of knobs."""
+
+    def __init__(self, candidates):
+        self.points = list(candidates)
+        self.index = {c: i for i, c in enumerate(self.points)}
+        names = []
+        for c in self.points:
+            for k, _ in c.cfg.items:
+                if k not in names:
+                    names.append(k)
+        self.dims = ["variant"] + names
+        vals = {"variant": _sort_values({c.variant for c in self.points})}
+        for k in names:
+            vals[k] = _sort_values({c.cfg.get(k) for c in self.points if k in dict(c.cfg.items)})
+        self.values = [vals[d] for d in self.dims]
+        codes = [{v: i for i, v in enumerate(vs)} for vs in self.values]
+        m = np.full((len(self.points), len(self.dims)), -1, dtype=np.int32)
+        for i, c in enumerate(self.points):
+            m[i, 0] = codes[0][c.variant]
+            d = dict(c.cfg.items)
+            for j, k in enumerate(names, start=1):
+                if k in d:
+                    m[i, j] = codes[j][d[k]]
+        self.coords = m
+
+    def __len__(self):
+        return len(self.points)
+
+    def distance(self, coord):
+        """Per-point distance to `coord`: differing dimensions, a missing knob counting as one."""
+        return (self.coords != np.asarray(coord)[None, :]).sum(axis=1)
+
+    def neighbours(self, i):
+        """Points that differ from point i in one knob, or only in the variant (shared knobs
+        equal): CLTune's neighbourhood, extended across variants."""
+        c = self.coords[i]
+        both = (self.coords >= 0) & (c[None, :] >= 0)
+        diff = ((self.coords != c[None, :]) & both)
+        diff[:, 0] = self.coords[:, 0] != c[0]
+        knob_diff = diff[:, 1:].sum(axis=1)
+        same_var = ~diff[:, 0]
+        n = np.nonzero((same_var & (knob_diff == 1)) | (~same_var & (knob_diff == 0)))[0]
+        return n
+
+    def nearest(self, coord, rng, exclude=()):
+        """A valid point closest to a (possibly invalid) coordinate vector; ties broken at random."""
+        d = self.distance(coord).astype(float)
+        if exclude:
+            d[list(exclude)] = math.inf
+        best = np.nonzero(d == d.min())[0]
+        return int(best[rng.integers(len(best))])

@@ -1,0 +1,138 @@
+"""`aotconv space` and `aotconv tune`: registered on the top-level CLI by add_commands."""
+import json
+import sys
+
+from ..errors import AotconvError
+
+
+def add_commands(subparsers, load=None):
+    """Register `space` and `tune`. `load(source, batch)` returns the network as the build
+    sees it (after fusion passes); by default aotconv.spec.load_network."""
+    sp = subparsers.add_parser(
+        "space", help="show each variant's parameter space for a layer, before and after pruning",
+        description="Print the size of each kernel variant's parameter space for a layer, "
+                    "before and after pruning, and how many points each constraint removed.")
+    sp.add_argument("net", help="a net.yaml or a shipped network's name")
+    sp.add_argument("--layer", action="append", help="layer name (repeatable; default: all)")
+    sp.add_argument("--target", default="auto", help="target profile (default: auto)")
+    sp.add_argument("--batch", type=int, help="override the batch size")
+    sp.set_defaults(func=lambda a: cmd_space(a, load))
+
+    tp = subparsers.add_parser(
+        "tune", help="tune every layer on the target device and fill the tuning records",
+        description="Search every layer's space on the target's device and append the "
+                    "results to the tuning records (nothing is emitted).")
+    tp.add_argument("net", help="a net.yaml or a shipped network's name")
+    tp.add_argument("--target", default="auto", help="target profile (default: auto)")
+    add_tuning_options(tp)
+    tp.add_argument("--layer", action="append", help="tune only this layer (repeatable)")
+    tp.add_argument("--batch", type=int, help="override the batch size")
+    tp.set_defaults(func=lambda a: cmd_tune(a, load))
+
+
+def add_tuning_options(p):
+    """The options `build` shares with `tune` (the lead's build command can call this too)."""
+    from .strategies import STRATEGIES, DEFAULT
+    p.add_argument("--budget", help="for the whole network: trials (200) or time (90s, 10m, "
+                                    "1.5h); default: up to 64 trials per layer")
+    p.add_argument("--strategy", default=DEFAULT,
+                   help=f"search strategy: {', '.join(STRATEGIES)} (default {DEFAULT}); "
+                        f"options as name:key=value,... e.g. annealing:T=6, pso:S=6")
+    p.add_argument("--tuning-db", action="append", metavar="FILE",
+                   help="extra tuning records to read (and to append to when tuning)")
+    p.add_argument("--jobs", "-j", type=int, help="parallel compiles (default: every core)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="progress as JSON lines on stdout")
+
+
+def _load(load, source, batch):
+    if load is not None:
+        return load(source, batch)
+    from ..spec import load_network
+    return load_network(source, batch=batch)
+
+
+def cmd_space(args, load=None):
+    from ..choose import space_report
+    from ..ops import is_alias
+    from ..targets import get_target
+    net = _load(load, args.net, args.batch)
+    target = get_target(args.target)
+    names = args.layer or [l.name for l in net.layers if not is_alias(l)]
+    for i, name in enumerate(names):
+        try:
+            layer = net.layer(name)
+        except KeyError:
+            raise AotconvError(f"network '{net.name}' has no layer '{name}'; its layers are: "
+                               f"{', '.join(l.name for l in net.layers)}") from None
+        if i:
+            print()
+        print(space_report(layer, target))
+    return 0
+
+
+def cmd_tune(args, load=None):
+    from ..choose import choose
+    from ..targets import get_target, find_device
+    net = _load(load, args.net, args.batch)
+    target = get_target(args.target)
+    if find_device(target) is None:
+        raise AotconvError(f"target '{target.name}': no matching OpenCL device is present; "
+                           f"tuning runs on the device itself")
+    if args.layer:
+        for n in args.layer:
+            net.layer(n)
+    choices = choose(net, target, mode="tune", budget=args.budget, strategy=args.strategy,
+                     tuning_db=args.tuning_db, quiet=args.quiet, json_progress=args.json,
+                     jobs=args.jobs, seed=args.seed, only=args.layer)
+    if args.json:
+        print(json.dumps({"event": "summary", "target": target.name,
+                          "layers": {n: summary_row(net.layer(n), c, target)
+                                     for n, c in choices.items()}}, default=str))
+    else:
+        print(summary_table(net, choices, target))
+    return 0
+
+
+def summary_row(layer, c, target):
+    st = c.stats
+    g = c.gflops
+    return {"op": layer.op, "variant": c.variant, "cfg": dict(c.cfg.items), "source": c.source,
+            "time_ms": c.time_ms, "gflops": g,
+            "peak_pct": 100 * g / target.peak_gflops if g and target.peak_gflops else None,
+            "space": st.space, "pruned": st.pruned, "tried": st.tried,
+            "failed": st.failed, "wrong": st.wrong, "fallback_ms": st.fallback_ms,
+            "speedup": c.speedup}
+
+
+def summary_table(net, choices, target):
+    rows = [("layer", "op", "variant", "parameters", "ms", "GFLOP/s", "%peak",
+             "tried", "pruned", "failed", "wrong", "vs fallback")]
+    for name, c in choices.items():
+        r = summary_row(net.layer(name), c, target)
+        rows.append((name, r["op"], c.variant, str(c.cfg),
+                     f"{c.time_ms:.4g}" if c.time_ms else "-",
+                     f"{r['gflops']:.1f}" if r["gflops"] else "-",
+                     f"{r['peak_pct']:.1f}" if r["peak_pct"] else "-",
+                     str(r["tried"]), f"{r['pruned']}/{r['space']}", str(r["failed"]),
+                     str(r["wrong"]), f"{r['speedup']:.2f}x" if r["speedup"] else "-"))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(x.ljust(w[i]) for i, x in enumerate(r)).rstrip() for r in rows)
+
+
+def main(argv=None):
+    """Stand-alone entry (python -m aotconv.tune.cli) until the top-level CLI calls us."""
+    import argparse
+    p = argparse.ArgumentParser(prog="aotconv")
+    add_commands(p.add_subparsers(dest="command", required=True))
+    args = p.parse_args(argv)
+    try:
+        return args.func(args)
+    except AotconvError as e:
+        print(f"aotconv: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,466 @@
+"""Measure candidates on the device: build in parallel, then run, verify and time one at a time.
+
+Every outcome is a typed `Outcome` (TVM's MeasureErrorNo, Kernel Tuner's failed-config
+values); nothing a candidate does escapes as an exception:
+
+    ok             median time of the repeats (ms), every repeat's time
+    build_failed   the compiler's log (or why rendering failed)
+    launch_failed  the OpenCL error by name (or the worker process's death)
+    wrong          the largest scaled error against the numpy reference
+    timed_out      the kernel (or the compiler) ran past its deadline and its process was killed
+    pruned         a constraint rejected the point (written by the search, never measured)
+
+Processes: `jobs` builder processes compile OpenCL sources to program binaries in parallel
+(pyopencl objects do not pickle, so sources go in and binaries come out); one runner process
+owns the device context, loads each binary, runs the candidate on fresh random data, checks it
+against reference.forward (float64, harness.close) and times it with profiling events: warm-up,
+then repeats until about `min_total_ms`, each repeat on a different copy of the buffers so a
+small layer is not served from a cache warmed by the previous repeat. The parent waits on each
+with a deadline and kills a process that overstays it, so a hung kernel costs `timeout_s`.
+On a CPU device builds finish before timing starts (they would steal the cores being timed);
+on a GPU they overlap.
+"""
+from dataclasses import dataclass, field
+from enum import Enum
+import math
+import multiprocessing
+import os
+import queue
+import threading
+import time
+import traceback
+import zlib
+
+import numpy as np
+
+MAX_LOG = 4000
+
+
+class Status(str, Enum):
+    OK = "ok"
+    PRUNED = "pruned"
+    BUILD_FAILED = "build_failed"
+    LAUNCH_FAILED = "launch_failed"
+    WRONG = "wrong"
+    TIMED_OUT = "timed_out"
+
+
+FAILURES = (Status.BUILD_FAILED, Status.LAUNCH_FAILED, Status.WRONG, Status.TIMED_OUT)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Status
+    time_ms: float = None           # ok: median of the repeats
+    times: tuple = ()               # ok: every repeat (ms)
+    error: float = None             # wrong: max |out - ref| / max(1, |ref|)
+    message: str = ""               # build log, CL error, reason
+    build_s: float = None           # compile time, when built
+
+    @property
+    def ok(self):
+        return self.status == Status.OK
+
+    @property
+    def cost(self):
+        """What strategies minimise: the time, or inf for anything that is not a valid kernel."""
+        return self.time_ms if self.ok and self.time_ms is not None else math.inf
+
+    def as_dict(self):
+        d = {"status": self.status.value}
+        if self.time_ms is not None:
+            d["time_ms"] = self.time_ms
+        if self.times:
+            d["times"] = list(self.times)
+        if self.error is not None:
+            d["error"] = self.error if math.isfinite(self.error) else "inf"
+        if self.message:
+            d["message"] = self.message[:MAX_LOG]
+        if self.build_s is not None:
+            d["build_s"] = round(self.build_s, 4)
+        return d
+
+    @classmethod
+    def from_dict(cls, d):
+        err = d.get("error")
+        return cls(Status(d["status"]), d.get("time_ms"), tuple(d.get("times", ())),
+                   float(err) if err is not None else None, d.get("message", ""),
+                   d.get("build_s"))
+
+
+# -- what crosses the process boundary ---------------------------------------------------------
+
+class Plan:
+    """A variant's launch plan for one cfg, computed in the parent: LayerRun reads it as it
+    would read the variant, so the runner never needs the variant's class."""
+
+    def __init__(self, variant, layer, cfg):
+        self.name = variant.name
+        self._launches = variant.launches(layer, cfg, "k")
+        self._buffers = variant.buffers(layer, cfg)
+        self._scratch = variant.scratch_floats(layer, cfg)
+
+    def launches(self, layer, cfg, prefix):
+        return self._launches
+
+    def buffers(self, layer, cfg):
+        return self._buffers
+
+    def scratch_floats(self, layer, cfg):
+        return self._scratch
+
+
+@dataclass
+class Job:
+    layer: object
+    cfg: object
+    plan: Plan
+    source: str
+    options: tuple
+    binary: bytes = None
+    seed: int = 0
+    timeout_s: float = 20.0
+    min_total_ms: float = 20.0
+    repeats: tuple = (5, 30)
+    rotate_bytes: int = 0
+    tol: float = 1e-3
+
+
+# -- worker processes --------------------------------------------------------------------------
+
+class _TimedOut(Exception):
+    pass
+
+
+class _Died(Exception):
+    pass
+
+
+def _serve(conn):
+    """A worker's loop: run (fn, args) with a `tick` to move its deadline, send the result."""
+    def tick(seconds):
+        conn.send(("tick", seconds))
+    while True:
+        try:
+            fn, args = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        try:
+            conn.send(("result", fn(tick, *args)))
+        except Exception as e:                         # a bug of ours: report it, keep serving
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()[-MAX_LOG:]}"))
+
+
+class Worker:
+    """One spawned process; `call` waits for it with a deadline and kills it past that."""
+
+    def __init__(self):
+        self.proc = self.conn = None
+
+    def start(self):
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def call(self, fn, args, timeout, setup_timeout=600.0):
+        """fn(tick, *args) in the worker. The deadline starts at `setup_timeout` (process start,
+        context, reference data) and each tick(s) from the worker moves it to now + s."""
+        if self.proc is None or not self.proc.is_alive():
+            self.start()
+        self.conn.send((fn, args))
+        deadline = time.monotonic() + max(setup_timeout, timeout)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                ready = self.conn.poll(max(left, 0.0))
+            except (EOFError, OSError):
+                ready = True
+            if not ready:
+                self.kill()
+                raise _TimedOut()
+            try:
+                kind, value = self.conn.recv()
+            except (EOFError, OSError):
+                code = self.proc.exitcode if self.proc is not None else None
+                self.kill()
+                raise _Died(_describe_exit(code))
+            if kind == "tick":
+                deadline = time.monotonic() + value
+            elif kind == "error":
+                raise RuntimeError(value)
+            else:
+                return value
+
+    def kill(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.join(5)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = self.conn = None
+
+    close = kill
+
+
+def _describe_exit(code):
+    if code is None:
+        return "the worker process stopped answering"
+    if code < 0:
+        import signal
+        try:
+            return f"the worker process died of {signal.Signals(-code).name}"
+        except ValueError:
+            return f"the worker process died of signal {-code}"
+    return f"the worker process exited with status {code}"
+
+
+# -- in the worker processes -------------------------------------------------------------------
+
+_state = {}
+
+
+def _context(target):
+    if "ctx" not in _state:
+        from ..harness import context_for
+        _state["ctx"] = context_for(target)
+    return _state["ctx"]
+
+
+def _quiet_cl():
+    import warnings
+    warnings.simplefilter("ignore")
+
+
+def build_binary(tick, target, source, options):
+    """Builder: compile `source`; ("ok", binary, seconds) or ("fail", log, seconds)."""
+    import pyopencl as cl
+    _quiet_cl()
+    ctx, _, dev = _context(target)
+    t0 = time.perf_counter()
+    try:
+        prog = cl.Program(ctx, source).build(options=list(options))
+    except cl.Error as e:
+        return "fail", str(e)[:MAX_LOG], time.perf_counter() - t0
+    return "ok", bytes(prog.binaries[0]), time.perf_counter() - t0
+
+
+def _data(layer, seed):
+    """Fresh random inputs and parameters for a layer and the float64 reference output."""
+    key = (layer.signature_str(), seed)
+    if _state.get("data_key") != key:
+        from ..harness import random_inputs
+        from ..reference import forward
+        rng = np.random.default_rng([seed, zlib.crc32(key[0].encode())])
+        xs, params = random_inputs(layer, rng)
+        ref = forward(layer, xs, params)
+        _state["data_key"], _state["data"] = key, (xs, params, ref)
+    return _state["data"]
+
+
+def _cl_error(e):
+    what = getattr(e, "what", None)
+    return str(what) if what is not None else str(e)
+
+
+def run_candidate(tick, target, job):
+    """Runner: build from the binary (or source), verify, time. Returns an Outcome."""
+    import pyopencl as cl
+    from ..harness import LayerRun, close, build
+    from ..errors import KernelBuildError
+    _quiet_cl()
+    ctx, q, dev = _context(target)
+    xs, params, ref = _data(job.layer, job.seed)
+    t0 = time.perf_counter()
+    prog = None
+    if job.binary is not None:
+        try:
+            prog = cl.Program(ctx, [dev], [job.binary]).build(options=list(job.options))
+        except cl.Error:
+            prog = None                                   # the driver refused it: use the source
+    if prog is None:
+        try:
+            prog = build(ctx, job.source, job.options, name=job.plan.name)
+        except KernelBuildError as e:
+            return Outcome(Status.BUILD_FAILED, message=e.log[:MAX_LOG],
+                           build_s=time.perf_counter() - t0)
+    build_s = time.perf_counter() - t0 if job.binary is None else None
+    try:
+        first = LayerRun(ctx, q, job.layer, job.plan, job.cfg, program=prog, source=job.source)
+        first.set_inputs(xs)
+        first.set_params(params)
+        first.poison_output()
+        q.finish()
+        tick(job.timeout_s)
+        ev = first.run()
+        q.finish()
+        out = first.read_output()
+        t1 = max(first.time_ms(ev), 1e-6)
+    except cl.Error as e:
+        return Outcome(Status.LAUNCH_FAILED, message=_cl_error(e), build_s=build_s)
+    ok, err = close(out, ref, job.tol)
+    if not ok:
+        return Outcome(Status.WRONG, error=err, build_s=build_s,
+                       message=f"max scaled error {err:.3g} > {job.tol:g}")
+    try:
+        runs = [first] + _copies(ctx, q, job, prog, xs, params, first)
+        lo, hi = job.repeats
+        reps = int(min(hi, max(lo, math.ceil(job.min_total_ms / t1))))
+        tick(job.timeout_s + 4.0 * (reps + len(runs)) * t1 / 1e3)
+        for r in runs[1:] + runs[:1]:                     # warm-up: every copy once
+            r.run()
+        q.finish()
+        events = [runs[i % len(runs)].run() for i in range(reps)]
+        q.finish()
+        times = tuple(round(first.time_ms(e), 6) for e in events)
+    except cl.Error as e:
+        return Outcome(Status.LAUNCH_FAILED, message=_cl_error(e), build_s=build_s)
+    return Outcome(Status.OK, time_ms=float(np.median(times)), times=times, build_s=build_s)
+
+
+def _footprint(run):
+    bufs = list(run.inputs) + [run.output] + list(run.params.values()) + list(run.extra.values())
+    if run.scratch is not None:
+        bufs.append(run.scratch)
+    return sum(b.size for b in bufs)
+
+
+def _copies(ctx, q, job, prog, xs, params, first):
+    """More copies of the layer's buffers, enough to spill the last-level cache between repeats
+    (at most 16, and at most 1/8 of the device's memory)."""
+    size = max(_footprint(first), 1)
+    want = min(16, math.ceil(2 * job.rotate_bytes / size)) if job.rotate_bytes else 1
+    cap = int(first.ctx.devices[0].global_mem_size // 8 // size)
+    n = max(1, min(want, cap))
+    from ..harness import LayerRun
+    out = []
+    for _ in range(n - 1):
+        r = LayerRun(ctx, q, job.layer, job.plan, job.cfg, program=prog, source=job.source)
+        r.set_inputs(xs)
+        r.set_params(params)
+        out.append(r)
+    return out
+
+
+# -- the parent's side -------------------------------------------------------------------------
+
+class Measurer:
+    """Measures candidates of any layer on `target`'s device (present on this machine)."""
+
+    def __init__(self, target, jobs=None, timeout_s=20.0, build_timeout_s=300.0, seed=0,
+                 min_total_ms=20.0, repeats=(5, 30), options=None, overlap=None):
+        from ..harness import BUILD_OPTIONS
+        self.target = target
+        self.jobs = max(0, os.cpu_count() or 1) if jobs is None else int(jobs)
+        self.timeout_s, self.build_timeout_s = timeout_s, build_timeout_s
+        self.seed, self.min_total_ms, self.repeats = seed, min_total_ms, tuple(repeats)
+        self.options = tuple(options if options is not None else BUILD_OPTIONS)
+        self.overlap = (target.kind == "gpu") if overlap is None else overlap
+        self.runner = Worker()
+        self.builders = queue.Queue()
+        self._nbuilders = self.jobs if self.jobs >= 2 else 0
+        self._pool = None
+        self.build_seconds = 0.0
+
+    def _builder_pool(self):
+        if self._pool is None and self._nbuilders:
+            from concurrent.futures import ThreadPoolExecutor
+            for _ in range(self._nbuilders):
+                self.builders.put(Worker())
+            self._pool = ThreadPoolExecutor(self._nbuilders)
+        return self._pool
+
+    def _build(self, source):
+        w = self.builders.get()
+        try:
+            t0 = time.perf_counter()
+            try:
+                res = w.call(build_binary, (self.target, source, self.options),
+                             self.build_timeout_s)
+            except _TimedOut:
+                return "timeout", f"the compiler ran past {self.build_timeout_s:g} s", None
+            except (_Died, RuntimeError) as e:
+                return "fail", str(e), None
+            self.build_seconds += time.perf_counter() - t0
+            return res
+        finally:
+            self.builders.put(w)
+
+    def _prepare(self, layer, cand, variants):
+        v = variants[cand.variant]
+        try:
+            source = v.render(layer, cand.cfg, "k")
+            plan = Plan(v, layer, cand.cfg)
+        except Exception as e:
+            return Outcome(Status.BUILD_FAILED, message=f"the variant could not render this "
+                           f"configuration: {type(e).__name__}: {e}")
+        return Job(layer, cand.cfg, plan, source, self.options, seed=self.seed,
+                   timeout_s=self.timeout_s, min_total_ms=self.min_total_ms,
+                   repeats=self.repeats, rotate_bytes=self.target.cache_bytes)
+
+    def measure(self, layer, candidates, variants=None, on_outcome=None):
+        """Outcomes of `candidates` (space.Candidate) of `layer`, in order. `on_outcome(cand,
+        outcome)` is called as each is known (records are written there, so an interrupted
+        search keeps what it measured)."""
+        from ..variants import BY_NAME
+        variants = variants or BY_NAME
+        jobs = [self._prepare(layer, c, variants) for c in candidates]
+        pool = self._builder_pool()
+        futures = [pool.submit(self._build, j.source) if pool and isinstance(j, Job) else None
+                   for j in jobs]
+        if futures and not self.overlap:
+            for f in futures:
+                if f is not None:
+                    f.exception()
+        out = []
+        for cand, job, fut in zip(candidates, jobs, futures):
+            if isinstance(job, Outcome):
+                o = job
+            else:
+                o = self._run(job, fut)
+            out.append(o)
+            if on_outcome is not None:
+                on_outcome(cand, o)
+        return out
+
+    def _run(self, job, fut):
+        build_s = None
+        if fut is not None:
+            kind, value, build_s = fut.result()
+            if kind == "fail":
+                return Outcome(Status.BUILD_FAILED, message=value, build_s=build_s)
+            if kind == "timeout":
+                return Outcome(Status.TIMED_OUT, message=value)
+            job.binary = value
+        try:
+            o = self.runner.call(run_candidate, (self.target, job), self.timeout_s)
+        except _TimedOut:
+            return Outcome(Status.TIMED_OUT, build_s=build_s,
+                           message=f"no result within {self.timeout_s:g} s: the process was "
+                                   f"killed")
+        except _Died as e:
+            return Outcome(Status.LAUNCH_FAILED, message=str(e), build_s=build_s)
+        except RuntimeError as e:
+            self.runner.kill()
+            return Outcome(Status.LAUNCH_FAILED, message=f"measurement failed: {e}"[:MAX_LOG],
+                           build_s=build_s)
+        if o.status == Status.LAUNCH_FAILED:
+            self.runner.kill()        # a failed launch may leave the context unusable
+        if build_s is not None and o.build_s is None:
+            o = Outcome(o.status, o.time_ms, o.times, o.error, o.message, build_s)
+        return o
+
+    def close(self):
+        self.runner.kill()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            while not self.builders.empty():
+                self.builders.get().kill()
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

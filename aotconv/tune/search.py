@@ -1,0 +1,258 @@
+"""Search: one layer's space with a strategy, and a whole network under one shared budget.
+
+A network's identical layers (same op signature, fused activation included) are tuned once.
+The budget, trials (`200`) or wall time (`10m`, `90s`, `1.5h`), is shared among the unique
+layers by their share of the network's estimated cost (roofline time of one layer times the
+number of times it occurs), capped by each layer's space; whatever a layer leaves unspent goes
+back to the pool for the layers after it. Every layer measures its fallback first (the
+untuned baseline, so the report can show what tuning bought) and at least that one trial.
+"""
+from dataclasses import dataclass
+import math
+import re
+import time
+import zlib
+
+import numpy as np
+
+from ..errors import AotconvError
+from ..space import layer_space, Candidate
+from ..variants.base import Config
+from .measure import Outcome, Status, FAILURES
+from .records import Key
+from .strategies import Evaluator, run as run_strategy, parse as parse_strategy, DEFAULT
+
+DEFAULT_TRIALS = 64            # per unique layer when no budget is given
+
+
+# -- budget ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Budget:
+    kind: str                  # "trials" | "seconds" | "default"
+    amount: float = 0
+
+    def __str__(self):
+        if self.kind == "trials":
+            return f"{int(self.amount)} trials"
+        if self.kind == "seconds":
+            return f"{self.amount:g} s"
+        return f"up to {DEFAULT_TRIALS} trials per layer"
+
+
+def parse_budget(text):
+    """'200' -> 200 trials; '10m', '90s', '1.5h' -> seconds; None -> the default."""
+    if text is None or isinstance(text, Budget):
+        return text or Budget("default")
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return Budget("trials", int(text))
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(text))
+    if not m or (not m.group(2) and "." in m.group(1)):
+        raise AotconvError(f"--budget '{text}': give a number of trials (200) or a time "
+                           f"(90s, 10m, 1.5h)")
+    n = float(m.group(1))
+    if not m.group(2):
+        return Budget("trials", int(n))
+    return Budget("seconds", n * {"s": 1, "m": 60, "h": 3600}[m.group(2)])
+
+
+def share(total, weights, caps, floor=1):
+    """Split `total` among items by `weights`, each at least min(floor, cap) and at most cap;
+    what a capped item cannot take goes to the others (water-filling). Integers when `total` is
+    an int, summing to at most `total`."""
+    n = len(weights)
+    integral = isinstance(total, int)
+    alloc = [min(floor, c) for c in caps]
+    left = total - sum(alloc)
+    active = [i for i in range(n) if alloc[i] < caps[i]]
+    while left > 1e-9 and active:
+        w = sum(weights[i] for i in active)
+        give = {i: left * (weights[i] / w if w > 0 else 1.0 / len(active)) for i in active}
+        capped = [i for i in active if alloc[i] + give[i] >= caps[i]]
+        if not capped:
+            for i in active:
+                alloc[i] += give[i]
+            left = 0
+            break
+        for i in capped:
+            left -= caps[i] - alloc[i]
+            alloc[i] = caps[i]
+        active = [i for i in active if i not in capped]
+    if not integral:
+        return alloc
+    base = [int(math.floor(a + 1e-9)) for a in alloc]
+    rest = total - sum(base)
+    order = sorted(range(n), key=lambda i: -(alloc[i] - base[i]))
+    for i in order:
+        if rest <= 0:
+            break
+        if base[i] < caps[i]:
+            base[i] += 1
+            rest -= 1
+    return base
+
+
+def est_seconds(layer, target):
+    """Roofline estimate of one run of `layer` on `target`: what budget sharing weighs."""
+    from ..ops import flops, bytes_moved
+    f, b = flops(layer), bytes_moved(layer)
+    if target.peak_gflops and target.peak_gbps:
+        return max(f / (target.peak_gflops * 1e9), b / (target.peak_gbps * 1e9))
+    return (f + b) * 1e-9
+
+
+# -- one layer ---------------------------------------------------------------------------------
+
+@dataclass
+class LayerResult:
+    layers: list               # the identical layers this result serves
+    space: object              # space.LayerSpace
+    best: Candidate            # None when nothing valid was found
+    best_outcome: Outcome
+    outcomes: dict             # Candidate -> Outcome, every candidate measured (records too)
+    fallback: Candidate
+    new: int = 0               # measured in this run
+    trials: int = 0            # granted
+    seconds: float = 0.0
+    strategy: str = ""
+    trace: list = None         # best cost after each trial of this search
+
+
+def fallback_candidate(layer, target, space=None):
+    """The first variant's fallback valid under `target`'s limits; failing that another
+    variant's, failing that the first surviving point of any space."""
+    space = space or layer_space(layer, target)
+    pts = {(p.variant.name, c) for p in space.parts for c in p.points}
+    for p in space.parts:
+        cfg = p.variant.fallback(layer, target)
+        if (p.variant.name, cfg) in pts:
+            return Candidate(p.variant.name, cfg)
+    for p in space.parts:
+        if p.points:
+            return Candidate(p.variant.name, p.points[0])
+    if not space.parts:
+        raise AotconvError(f"layer '{layer.name}': no kernel variant implements op "
+                           f"'{layer.op}' with these attributes")
+    raise AotconvError(f"layer '{layer.name}': no configuration of "
+                       f"{', '.join(p.variant.name for p in space.parts)} is valid under "
+                       f"target '{target.name}' limits (see `aotconv space`)")
+
+
+def known_outcomes(space, store, target, device):
+    """{Candidate: Outcome} from records matching the live key, restricted to valid points."""
+    out = {}
+    for p in space.parts:
+        valid = set(p.points)
+        for cfg, o in store.lookup(Key(space.layer, p.variant, target, device)).items():
+            if cfg in valid:
+                out[Candidate(p.variant.name, cfg)] = o
+    return out
+
+
+def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=DEFAULT_TRIALS,
+               deadline=None, seed=0, progress=None, layers=None):
+    """Search `space` (a LayerSpace) on the device; records every outcome as it comes."""
+    layer = space.layer
+    layers = layers or [layer]
+    variants = {p.variant.name: p.variant for p in space.parts}
+    keys = {p.variant.name: Key(layer, p.variant, target, device) for p in space.parts}
+    fb = fallback_candidate(layer, target, space)
+    grid = space.grid()
+    known = known_outcomes(space, store, target, device)
+    outcomes = dict(known)
+    t0 = time.monotonic()
+    state = {"new": 0}
+
+    def on_outcome(cand, o):
+        outcomes[cand] = o
+        state["new"] += 1
+        store.append(keys[cand.variant], cand.cfg, o, layer=layer.name, target_kind=target.kind)
+        if progress is not None:
+            progress.trial(cand, o, outcomes)
+
+    def measure(indices):
+        cands = [grid.points[i] for i in indices]
+        return [o.cost for o in measurer.measure(layer, cands, variants, on_outcome)]
+
+    known_costs = {grid.index[c]: o.cost for c, o in known.items() if c in grid.index}
+    ev = Evaluator(len(grid), measure, trials=max(1, trials), deadline=deadline,
+                   known=known_costs)
+    rng = np.random.default_rng([seed, zlib.crc32(layer.signature_str().encode())])
+    if len(grid):
+        try:
+            ev([grid.index[fb]])
+            run_strategy(strategy, grid, ev, rng)
+        except Exception as e:
+            from .strategies import Exhausted
+            if not isinstance(e, Exhausted):
+                raise
+    valid = [(o.cost, c) for c, o in outcomes.items() if o.ok]
+    best = min(valid, key=lambda x: (x[0], x[1]))[1] if valid else None
+    return LayerResult(layers, space, best, outcomes.get(best), outcomes, fb,
+                       new=state["new"], trials=ev.trials, seconds=time.monotonic() - t0,
+                       strategy=strategy, trace=list(ev.trace))
+
+
+# -- a network ---------------------------------------------------------------------------------
+
+def unique_layers(layers):
+    """[[layer, identical layers...]] in network order, one group per op signature."""
+    groups = {}
+    for l in layers:
+        groups.setdefault(l.signature_str(), []).append(l)
+    return list(groups.values())
+
+
+def tune_network(groups, target, measurer, store, device, *, budget=None, strategy=DEFAULT,
+                 seed=0, progress=None):
+    """{signature: LayerResult} for each group of identical layers, sharing `budget`."""
+    parse_strategy(strategy)
+    budget = parse_budget(budget)
+    spaces = [layer_space(g[0], target) for g in groups]
+    sizes = [len(s.candidates) for s in spaces]
+    weights = [est_seconds(g[0], target) * len(g) for g in groups]
+    results = {}
+    pool = budget.amount
+    for i, (g, sp) in enumerate(zip(groups, spaces)):
+        rest = range(i, len(groups))
+        deadline = None
+        if budget.kind == "trials":
+            grant = share(int(pool), [weights[j] for j in rest], [max(1, sizes[j]) for j in rest])[0]
+        elif budget.kind == "seconds":
+            grant_s = share(float(pool), [weights[j] for j in rest],
+                            [math.inf for _ in rest], floor=0.0)[0]
+            grant, deadline = max(1, sizes[i]), time.monotonic() + grant_s
+        else:
+            grant = min(max(1, sizes[i]), DEFAULT_TRIALS)
+        if progress is not None:
+            progress.layer_start(i, len(groups), g, sp, grant, deadline)
+        t0 = time.monotonic()
+        r = tune_layer(sp, target, measurer, store, device, strategy, grant, deadline, seed,
+                       progress, layers=g)
+        if budget.kind == "trials":
+            pool -= min(grant, len(r.trace))
+        elif budget.kind == "seconds":
+            pool -= time.monotonic() - t0
+        results[g[0].signature_str()] = r
+        if progress is not None:
+            progress.layer_done(r)
+    return results
+
+
+def records_only(groups, target, store, device=None):
+    """{signature: LayerResult} from records alone (no device needed)."""
+    results = {}
+    for g in groups:
+        sp = layer_space(g[0], target)
+        outcomes = known_outcomes(sp, store, target, device)
+        valid = [(o.cost, c) for c, o in outcomes.items() if o.ok]
+        best = min(valid, key=lambda x: (x[0], x[1]))[1] if valid else None
+        try:
+            fb = fallback_candidate(g[0], target, sp)
+        except AotconvError:
+            if best is None:
+                raise
+            fb = best
+        results[g[0].signature_str()] = LayerResult(g, sp, best, outcomes.get(best), outcomes,
+                                                    fb, strategy="records")
+    return results
