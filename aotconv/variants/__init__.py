@@ -1,7 +1,27 @@
 """The registry of kernel variants: one module per variant, one line here per variant."""
 from .eltwise import Eltwise
+from .conv_direct import ConvDirect
+from .dense_direct import DenseDirect
+from .pool import PoolDirect
+from .global_avgpool import GlobalAvgpoolDirect
+from .softmax import SoftmaxDirect
+from .lrn import LrnDirect
+from .concat import ConcatDirect
+from .add import AddDirect
+from .batchnorm import BatchnormDirect
 
-VARIANTS = [Eltwise()]
+VARIANTS = [
+    Eltwise(),
+    ConvDirect(),
+    DenseDirect(),
+    PoolDirect(),
+    GlobalAvgpoolDirect(),
+    SoftmaxDirect(),
+    LrnDirect(),
+    ConcatDirect(),
+    AddDirect(),
+    BatchnormDirect(),
+]
 BY_NAME = {v.name: v for v in VARIANTS}
 
 

@@ -6,7 +6,7 @@ ${x}
 % elif kind == "relu":
 fmax(${x}, 0.0f)
 % elif kind == "leaky_relu":
-leaky(${x}, ${"%.9gf" % alpha})
+leaky(${x}, ${flt(alpha)})
 % elif kind == "sigmoid":
 (1.0f / (1.0f + exp(-(${x}))))
 % elif kind == "tanh":
@@ -16,4 +16,13 @@ tanh(${x})
 ## helpers(): small inline functions every kernel file may use.
 <%def name="helpers()">
 inline float leaky(float x, float a) { return x > 0.0f ? x : a * x; }
+</%def>
+## flt(v): v as an OpenCL float literal that always parses ("1.0f", not "1f").
+<%!
+def _flt(v):
+    s = "%.9g" % float(v)
+    return (s if any(ch in s for ch in ".e") else s + ".0") + "f"
+%>
+<%def name="flt(v)" filter="trim">
+${_flt(v)}
 </%def>

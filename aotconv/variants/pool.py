@@ -1,0 +1,46 @@
+"""Direct max / average pooling with PyTorch semantics: pad, ceil_mode, count_include_pad.
+
+One work-item computes QB neighbouring outputs along a row. Max pooling skips padded
+positions; average pooling divides by the window clipped to the padded input (the ceil_mode
+overhang never counts) and, without count_include_pad, clipped to the input itself.
+"""
+from .base import Variant, Knob, Constraint, Launch, In, Out, ceil_div, round_up
+
+
+def _items(layer, cfg):
+    n, c, p, q = layer.out_shape
+    return n * c * p * ceil_div(q, cfg["QB"])
+
+
+class PoolDirect(Variant):
+    name = "pool_direct"
+    ops = ("maxpool", "avgpool")
+    template = "kernels/pool.cl.mako"
+    constraints = (
+        Constraint("qb_within_row", "software",
+                   "a block of outputs longer than the output row only adds idle iterations",
+                   lambda layer, cfg, t: cfg["QB"] <= max(1, layer.out_shape[3])),
+        Constraint("wg_not_wasteful", "software",
+                   "a work-group larger than the whole launch only adds idle work-items",
+                   lambda layer, cfg, t: cfg["WG"] <= max(64, _items(layer, cfg))),
+        Constraint("wg_fills_simd", "hardware",
+                   "a work-group smaller than the SIMD width (warp, wavefront) leaves lanes idle",
+                   lambda layer, cfg, t: cfg["WG"] % t.simd_width == 0),
+    )
+
+    def knobs(self, layer, target):
+        return [Knob("WG", (64, 32, 128, 256), "work-items per work-group"),
+                Knob("QB", (1, 2, 4), "outputs along a row per work-item")]
+
+    def template_params(self, layer, cfg):
+        a = layer.attrs
+        n, c, h, w = layer.in_shape
+        _, _, p, q = layer.out_shape
+        return dict(N=n, C=c, H=h, W=w, P=p, Q=q, KH=a["kernel"][0], KW=a["kernel"][1],
+                    SH=a["stride"][0], SW=a["stride"][1], PH=a["pad"][0], PW=a["pad"][1],
+                    is_max=layer.op == "maxpool",
+                    include_pad=a.get("count_include_pad", False))
+
+    def launches(self, layer, cfg, prefix):
+        return [Launch(prefix, (In(0), Out()), (round_up(_items(layer, cfg), cfg["WG"]),),
+                       (cfg["WG"],))]

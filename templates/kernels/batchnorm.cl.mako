@@ -1,0 +1,51 @@
+<%namespace name="c" file="_common.mako"/>\
+// ${prefix}: batch normalisation (${variant}), ${N}x${C}x${HW} (N x C x H*W), eps ${"%g" % attrs["eps"]}, act ${attrs["act"]}
+// one work-item: VEC consecutive elements; parameters ${"folded once by %s_fold" % prefix if FOLD == "setup" else "folded per element"}
+#define WG ${WG}  // work-group size
+#define VEC ${VEC}  // elements per work-item
+#define N ${N}
+#define C ${C}
+#define HW ${HW}  // H*W
+#define EPS ${c.flt(attrs["eps"])}
+${c.helpers()}
+% if FOLD == "setup":
+// once, in set_params: scale_shift[c] = gamma / sqrt(var + eps), scale_shift[C + c] = beta - mean * scale
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void ${prefix}_fold(__global const float* restrict gamma, __global const float* restrict beta,
+                    __global const float* restrict mean, __global const float* restrict var,
+                    __global float* restrict scale_shift)
+{
+    const int c = get_global_id(0);
+    if (c >= C)
+        return;
+    const float scale = gamma[c] / sqrt(var[c] + EPS);
+    scale_shift[c] = scale;
+    scale_shift[C + c] = beta[c] - mean[c] * scale;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void ${prefix}(__global const float* restrict x, __global const float* restrict scale_shift,
+               __global float* restrict y)
+% else:
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void ${prefix}(__global const float* restrict x,
+               __global const float* restrict gamma, __global const float* restrict beta,
+               __global const float* restrict mean, __global const float* restrict var,
+               __global float* restrict y)
+% endif
+{
+    const int i0 = get_global_id(0) * VEC;
+    for (int v = 0; v < VEC; ++v) {
+        const int i = i0 + v;
+        if (i < N * C * HW) {
+            const int c = i / HW % C;
+% if FOLD == "setup":
+            const float s = x[i] * scale_shift[c] + scale_shift[C + c];
+% else:
+            const float scale = gamma[c] / sqrt(var[c] + EPS);
+            const float s = (x[i] - mean[c]) * scale + beta[c];
+% endif
+            y[i] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+        }
+    }
+}
