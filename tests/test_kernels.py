@@ -14,6 +14,7 @@ import pytest
 
 from aotconv import harness, ops, reference
 from aotconv.graph import Layer
+from aotconv.space import variant_space
 from aotconv.targets import TARGETS
 from aotconv.variants import BY_NAME, for_layer
 from aotconv.variants.base import Config
@@ -181,8 +182,8 @@ def test_fallback_valid_everywhere_and_alt_valid_on_pocl(c):
     for t in TARGETS.values():
         fb = v.fallback(layer, t)
         assert not violated(v, layer, fb, t), (t.name, fb)
-        assert v.local_size(layer, fb) <= t.max_wg_size
-        assert v.local_mem_bytes(layer, fb) <= t.local_mem_bytes
+        space = variant_space(layer, v, t)          # adds the device limits
+        assert fb in space.points and not space.errors, (t.name, fb, space.errors)
     alt = Config(c.alt)
     assert alt != v.fallback(layer, POCL)
     knobs = {k.name: k.values for k in v.knobs(layer, POCL)}
