@@ -43,17 +43,16 @@ class Config:
     def from_dict(cls, d):
         return cls(tuple(d.items()))
 
+    def __post_init__(self):
+        # a lookup table beside the ordered items (not a field: equality and hash ignore it);
+        # constraints read knobs millions of times while a space is enumerated
+        object.__setattr__(self, "_map", dict(self.items))
+
     def __getitem__(self, name):
-        for k, v in self.items:
-            if k == name:
-                return v
-        raise KeyError(name)
+        return self._map[name]
 
     def get(self, name, default=None):
-        for k, v in self.items:
-            if k == name:
-                return v
-        return default
+        return self._map.get(name, default)
 
     def as_dict(self):
         return dict(self.items)
