@@ -6,18 +6,6 @@ from . import __version__
 from .errors import AotconvError
 
 
-def _budget(text):
-    """'200' trials, or '90s' / '10m' / '1h' seconds; returned as ('trials'|'seconds', n)."""
-    t = text.strip().lower()
-    try:
-        if t[-1:] in ("s", "m", "h"):
-            return ("seconds", float(t[:-1]) * {"s": 1, "m": 60, "h": 3600}[t[-1]])
-        return ("trials", int(t))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"budget {text!r}: give a number of trials (200) or a time (90s, 10m, 1h)") from None
-
-
 def add_target_args(p):
     p.add_argument("--target", default="auto",
                    help="target profile (see `aotconv targets`), or auto for the device present")
@@ -89,7 +77,7 @@ def parser():
     b.add_argument("-o", "--output", help="output directory (default build/<net>)")
     b.add_argument("--weights", help="an .npz with <layer>.<tensor> arrays (default: seeded random)")
     b.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    b.add_argument("--budget", type=_budget, help="tuning budget for the whole network: "
+    b.add_argument("--budget", help="tuning budget for the whole network: "
                    "trials (200) or time (10m)")
     b.add_argument("--strategy", help="search strategy (see `aotconv tune --help`)")
     b.add_argument("--tuning-db", help="a JSON-lines file of tuning records to use")

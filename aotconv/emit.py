@@ -123,6 +123,11 @@ def write_tuning_json(sch, target, path):
 
 
 def _jsonable(stats):
+    import dataclasses
+    if dataclasses.is_dataclass(stats):
+        d = dataclasses.asdict(stats)
+        d.pop("times", None)      # every measured time: kept in the records, not here
+        return _jsonable(d)
     if isinstance(stats, dict):
         return {k: _jsonable(v) for k, v in stats.items()}
     if isinstance(stats, (list, tuple)):

@@ -10,11 +10,11 @@ def _shape(s):
 
 
 def _stats(c):
-    st = dict(c.stats) if c.stats else {}
-    keys = ("tried", "pruned", "build_failed", "launch_failed", "wrong", "timed_out")
-    if not any(k in st for k in keys):
+    st = c.stats
+    if not getattr(st, "tried", 0) and not getattr(st, "pruned", 0):
         return ""
-    return " / ".join(str(st.get(k, 0)) for k in keys)
+    return " / ".join(str(getattr(st, k)) for k in ("tried", "pruned", "build_failed",
+                                                   "launch_failed", "wrong", "timed_out"))
 
 
 def write_report(res, path):
