@@ -9,6 +9,9 @@ from .lrn import LrnDirect
 from .concat import ConcatDirect
 from .add import AddDirect
 from .batchnorm import BatchnormDirect
+from .conv_igemm import ConvIgemm
+from .conv_tiled import ConvTiled
+from .conv_1x1 import Conv1x1
 
 VARIANTS = [
     Eltwise(),
@@ -21,6 +24,9 @@ VARIANTS = [
     ConcatDirect(),
     AddDirect(),
     BatchnormDirect(),
+    ConvIgemm(),
+    ConvTiled(),
+    Conv1x1(),
 ]
 BY_NAME = {v.name: v for v in VARIANTS}
 

@@ -1,0 +1,138 @@
+"""conv_1x1: a 1x1, stride-1, unpadded convolution as a GEMM (Boda's k1conv).
+
+Such a convolution is exactly, per group, Y[m][n] = sum_c Wg[m][c] * X[c][n] with the pixels of
+all images as N (n = image * H*W + pixel): no window, no padding, and the input read as it is
+stored, so both operands stream from memory contiguously (the pixels of a channel are
+consecutive in NCHW). A work-group of MB x NB work-items stages a KB-deep slice of the weights
+(M x KB, user layout, no re-layout) and of the input (KB x N, VW-wide vector loads) in local
+memory; each work-item accumulates MT x NT outputs in registers, its NT columns as NT/VW
+vectors of VW consecutive pixels, stored as vectors. Bounds checks appear only where the
+layer's sizes leave a partial tile (decided at generation time).
+
+Domain: 1x1 kernels with stride 1 and no padding, any dilation (it has no effect on a 1x1
+kernel) and any groups; NCHW in and out.
+"""
+from .base import Variant, Knob, Constraint, Launch, In, Out, Param, ceil_div, round_up
+from .conv_igemm import conv_sizes, first_valid, pow2_at_least
+
+
+def _dims(layer):
+    """(M, N, reduction) of one group's GEMM."""
+    n, k, p, q = layer.out_shape
+    g = layer.attrs["groups"]
+    return k // g, n * p * q, layer.in_shape[1] // g
+
+
+def _tile(c):
+    return c["MT"] * c["MB"], c["NT"] * c["NB"]
+
+
+def _wg(c):
+    return c["MB"] * c["NB"]
+
+
+def _enough_work_groups(layer, c, t):
+    m, n, _ = _dims(layer)
+    want = t.min_wg_per_cu * t.compute_units
+    if m * n * layer.attrs["groups"] < want * 64 * 64:
+        return True
+    mblk, nblk = _tile(c)
+    return ceil_div(m, mblk) * ceil_div(n, nblk) * layer.attrs["groups"] >= want
+
+
+_FALLBACKS = [dict(MT=mt, NT=nt, MB=mb, NB=nb, KB=kb, VW=vw)
+              for mt, nt, mb, nb, kb, vw in (
+                  (4, 8, 16, 16, 16, 4), (4, 4, 16, 16, 16, 4), (4, 4, 16, 16, 16, 1),
+                  (2, 4, 8, 16, 16, 4), (2, 4, 8, 16, 16, 1), (4, 2, 16, 8, 16, 2),
+                  (4, 2, 16, 8, 16, 1), (2, 2, 8, 8, 8, 2), (2, 2, 8, 8, 8, 1), (1, 1, 8, 8, 4, 1))]
+
+
+class Conv1x1(Variant):
+    name = "conv_1x1"
+    ops = ("conv",)
+    template = "kernels/conv_1x1.cl.mako"
+
+    constraints = (
+        Constraint("vw_divides_nt", "algorithm",
+                   "a work-item's NT columns are whole VW-wide vectors",
+                   lambda l, c, t: c["NT"] % c["VW"] == 0),
+        Constraint("vectors_stay_in_image", "algorithm",
+                   "a VW-wide load or store must not straddle two images: H*W % VW == 0",
+                   lambda l, c, t: (l.out_shape[2] * l.out_shape[3]) % c["VW"] == 0),
+        Constraint("m_tile_not_oversized", "software",
+                   "a tile beyond the next power of two above K/G (floor 8) computes padding",
+                   lambda l, c, t: _tile(c)[0] <= max(8, pow2_at_least(_dims(l)[0]))),
+        Constraint("n_tile_not_oversized", "software",
+                   "a tile beyond the next power of two above N*H*W (floor 8) computes padding",
+                   lambda l, c, t: _tile(c)[1] <= max(8, pow2_at_least(_dims(l)[1]))),
+        Constraint("kb_not_oversized", "software",
+                   "a step beyond the next power of two above C/G (floor 4) multiplies zeros",
+                   lambda l, c, t: c["KB"] <= max(4, pow2_at_least(_dims(l)[2]))),
+        Constraint("accumulators_fit", "software",
+                   "more than 128 accumulators per work-item spill on every compiler we target",
+                   lambda l, c, t: c["MT"] * c["NT"] <= 128),
+        Constraint("whole_simd_groups", "hardware",
+                   "a work-group that is not a whole number of SIMD groups leaves lanes idle",
+                   lambda l, c, t: _wg(c) % min(t.simd_width, 64) == 0),
+        Constraint("enough_work_groups", "hardware",
+                   "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute unit "
+                   "when the layer has enough 64x64 tiles to give them",
+                   _enough_work_groups),
+    )
+
+    def supports(self, layer):
+        if layer.op != "conv":
+            return f"{self.name} implements conv, not {layer.op}"
+        a = layer.attrs
+        if tuple(a["kernel"]) != (1, 1):
+            return f"{self.name} needs a 1x1 kernel, not {a['kernel'][0]}x{a['kernel'][1]}"
+        if tuple(a["stride"]) != (1, 1):
+            return f"{self.name} needs stride 1, not {tuple(a['stride'])}: a strided 1x1 " \
+                   "conv reads a subsampled input that is not a plain matrix"
+        if any(a["pad"]):
+            return f"{self.name} needs no padding, not {tuple(a['pad'])}"
+        return None
+
+    def knobs(self, layer, target):
+        return [Knob("MT", (4, 8, 2, 1), "outputs per work-item along M (register block)"),
+                Knob("NT", (4, 8, 2, 1), "outputs per work-item along N (register block)"),
+                Knob("MB", (16, 8, 32, 4), "work-items along M (thread block)"),
+                Knob("NB", (16, 8, 32, 4), "work-items along N (thread block)"),
+                Knob("KB", (16, 8, 32, 4), "input channels per local-memory step (unrolled)"),
+                Knob("VW", (4, 2, 1), "vector width of input loads, local reads and stores")]
+
+    def fallback(self, layer, target):
+        return first_valid(self, layer, target, _FALLBACKS)
+
+    def local_mem_bytes(self, layer, cfg):
+        mblk, nblk = _tile(cfg)
+        return 4 * cfg["KB"] * ((mblk + 1) + nblk)
+
+    def registers(self, layer, cfg):
+        """Accumulators, one k-slice of operands, load offsets, ~20 of state."""
+        mblk, nblk = _tile(cfg)
+        loads = ceil_div(mblk * cfg["KB"], _wg(cfg)) + ceil_div(nblk * cfg["KB"] // cfg["VW"], _wg(cfg))
+        return cfg["MT"] * cfg["NT"] + cfg["MT"] + cfg["NT"] + loads + 20
+
+    def template_params(self, layer, cfg):
+        d = conv_sizes(layer)
+        m, n, red = _dims(layer)
+        mblk, nblk = _tile(cfg)
+        wg = _wg(cfg)
+        # loads per step; when the work-group does not divide them only the last is guarded
+        a_loads, b_loads = mblk * cfg["KB"], nblk // cfg["VW"] * cfg["KB"]
+        d.update(NHW=n, HW=d["H"] * d["W"], MBLK=mblk, NBLK=nblk, LDA=mblk + 1, LDB=nblk,
+                 MTILES=ceil_div(m, mblk), KSTEPS=ceil_div(red, cfg["KB"]),
+                 A_ITERS=ceil_div(a_loads, wg), A_REM=a_loads % wg,
+                 B_ITERS=ceil_div(b_loads, wg), B_REM=b_loads % wg,
+                 MCHK=m % mblk != 0, NCHK=n % nblk != 0, KCHK=red % cfg["KB"] != 0,
+                 has_bias=bool(layer.attrs["bias"]))
+        return d
+
+    def launches(self, layer, cfg, prefix):
+        m, n, _ = _dims(layer)
+        mblk, nblk = _tile(cfg)
+        args = ((In(0), Param("weight")) + ((Param("bias"),) if layer.attrs["bias"] else ())
+                + (Out(),))
+        gsize = (ceil_div(n, nblk) * cfg["NB"], ceil_div(m, mblk) * layer.attrs["groups"] * cfg["MB"])
+        return [Launch(prefix, args, gsize, (cfg["NB"], cfg["MB"]))]

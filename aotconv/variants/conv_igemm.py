@@ -1,0 +1,273 @@
+"""conv_igemm: BEAST-style local-memory implicit-GEMM convolution (forward).
+
+Per group the convolution is the GEMM  Y[m][n] = sum_k Wt[k][m] * X[k][n]  with
+M = K/G output channels, N = N*P*Q output pixels and the reduction k = (c, r, s) over
+C/G*R*S. X is never materialised: each work-group reads its KBLK x NBLK tile of the implicit
+im2col matrix straight from the input image (padding, stride and dilation resolved in the
+load with every size a compile-time constant) into local memory, next to a KBLK x MBLK tile of
+the weights; each of its MDIM x NDIM work-items accumulates an MTHD x NTHD block
+(MTHD = MBLK/MDIM, NTHD = NBLK/NDIM) in registers. Weights are re-laid out once, in set_params
+(the `_pack` setup launch), to k-major [G][CRSP][KGP] zero-padded to whole tiles, so A loads
+are aligned VW-wide vectors without bounds checks and a partial last K tile multiplies zeros.
+
+Layouts: LAYOUT is the layout of both the input read and the output written: NCHW (the
+default and the fallback), CHWN (BEAST's choice: the batch is the contiguous dimension, so a
+tile's pixels are consecutive images) or NHWC (channels contiguous: the B tile is then loaded
+along the reduction, with reduction order (r, s, c)).
+"""
+from .base import Variant, Knob, Constraint, Config, Launch, In, Out, Param, Buffer, ceil_div, round_up
+
+LAYOUTS = ("NCHW", "CHWN", "NHWC")
+
+
+def conv_sizes(layer):
+    """The layer's sizes under the names the conv templates use."""
+    a = layer.attrs
+    n, c, h, w = layer.in_shape
+    _, k, p, q = layer.out_shape
+    g = a["groups"]
+    (r, s), (sh, sw), (dh, dw) = a["kernel"], a["stride"], a["dilation"]
+    pt, pl, pb, pr = a["pad"]
+    return dict(BATCH=n, C=c, H=h, W=w, K=k, P=p, Q=q, R=r, S=s, SH=sh, SW=sw, DH=dh, DW=dw,
+                PT=pt, PL=pl, PB=pb, PR=pr, G=g, CG=c // g, KG=k // g)
+
+
+def layout_strides(layout, n, c, h, w):
+    """(stride of N, C, H, W) of a tensor stored in `layout`."""
+    if layout == "NCHW":
+        return c * h * w, h * w, w, 1
+    if layout == "CHWN":
+        return 1, h * w * n, w * n, n
+    if layout == "NHWC":
+        return h * w * c, 1, w * c, c
+    raise ValueError(layout)
+
+
+def pow2_at_least(x):
+    p = 1
+    while p < x:
+        p *= 2
+    return p
+
+
+def needs_bounds(size, out, stride, pad_lo, k, dil):
+    """True when some tap of some output position falls into the padding (a runtime check)."""
+    return pad_lo > 0 or (out - 1) * stride - pad_lo + (k - 1) * dil > size - 1
+
+
+def first_valid(variant, layer, target, points):
+    """The first of `points` (dicts) that passes the variant's constraints and the device limits
+    aotconv.space adds, so that the fallback is never pruned."""
+    from ..space import device_constraints          # space imports the registry: import late
+    names = [k.name for k in variant.knobs(layer, target)]
+    cons = list(variant.constraints) + device_constraints(variant, target)
+    for p in points:
+        cfg = Config(tuple((n, p[n]) for n in names))
+        if all(c.check(layer, cfg, target) for c in cons):
+            return cfg
+    raise AssertionError(f"{variant.name}: no fallback point is valid for layer {layer.name} "
+                         f"on {target.name}")
+
+
+def _wg(c):
+    return c["MDIM"] * c["NDIM"]
+
+
+def _b_plan(c):
+    """How the work-group loads the KBLK x NBLK B tile: (along, cols, colstep, rows, rowstep).
+
+    along "n" (NCHW, CHWN: pixels contiguous): consecutive work-items take consecutive columns,
+    so each work-item keeps the same `cols` columns for the whole reduction and walks `rows`
+    rows; along "k" (NHWC: channels contiguous) the roles swap."""
+    wg, nb, kb = _wg(c), c["NBLK"], c["KBLK"]
+    if c["LAYOUT"] == "NHWC":
+        colstep = max(1, wg // kb)
+        return "k", nb // colstep, colstep, max(1, kb // wg), wg
+    rowstep = max(1, wg // nb)
+    return "n", max(1, nb // wg), wg, kb // rowstep, rowstep
+
+
+def _b_covers(c):
+    wg, nb, kb = _wg(c), c["NBLK"], c["KBLK"]
+    if c["LAYOUT"] == "NHWC":
+        return (wg % kb == 0 and nb % (wg // kb) == 0) or kb % wg == 0
+    return (wg % nb == 0 and kb % (wg // nb) == 0) or nb % wg == 0
+
+
+def _gemm_dims(layer):
+    """(M, N, reduction) of one group's GEMM."""
+    n, k, p, q = layer.out_shape
+    a = layer.attrs
+    g = a["groups"]
+    return k // g, n * p * q, layer.in_shape[1] // g * a["kernel"][0] * a["kernel"][1]
+
+
+def _work_groups(layer, c):
+    m, n, _ = _gemm_dims(layer)
+    return ceil_div(m, c["MBLK"]) * ceil_div(n, c["NBLK"]) * layer.attrs["groups"]
+
+
+# A tile this size keeps a big GPU's compute unit busy; a layer with at least this many tiles
+# per wanted work-group is "large enough" to ask for min_wg_per_cu work-groups per CU.
+_OCCUPANCY_TILE = 64 * 64
+
+
+def _enough_work_groups(layer, c, t):
+    m, n, _ = _gemm_dims(layer)
+    want = t.min_wg_per_cu * t.compute_units
+    if m * n * layer.attrs["groups"] < want * _OCCUPANCY_TILE:
+        return True                                 # too small to fill the device anyway
+    return _work_groups(layer, c) >= want
+
+
+# Preferred fallback points, big tiles first; the last is valid for every layer and every
+# target with >= 64 work-items per work-group and 2 KiB of local memory.
+_FALLBACKS = [dict(MDIM=md, NDIM=nd, MBLK=mb, NBLK=nb, KBLK=kb, VW=vw, UNROLL=0, LPAD=0, DBUF=1,
+                   LAYOUT="NCHW")
+              for md, nd, mb, nb, kb, vw in (
+                  (16, 16, 128, 128, 16, 4), (16, 16, 64, 128, 16, 4), (16, 16, 128, 64, 16, 4),
+                  (16, 16, 64, 64, 16, 4), (8, 16, 32, 64, 16, 4), (16, 8, 64, 32, 16, 4),
+                  (8, 16, 16, 64, 16, 2), (16, 8, 64, 16, 16, 2), (8, 8, 32, 32, 16, 4),
+                  (8, 8, 16, 32, 16, 2), (8, 8, 32, 16, 16, 2), (8, 8, 16, 16, 16, 2),
+                  (8, 8, 16, 16, 8, 1))]
+
+
+class ConvIgemm(Variant):
+    name = "conv_igemm"
+    ops = ("conv",)
+    template = "kernels/conv_igemm.cl.mako"
+
+    constraints = (
+        Constraint("m_tile_whole_vectors", "algorithm",
+                   "each work-item holds MTHD = MBLK/MDIM rows as whole VW-wide vectors",
+                   lambda l, c, t: c["MBLK"] % (c["MDIM"] * c["VW"]) == 0),
+        Constraint("n_tile_whole_vectors", "algorithm",
+                   "each work-item holds NTHD = NBLK/NDIM columns as whole VW-wide vectors",
+                   lambda l, c, t: c["NBLK"] % (c["NDIM"] * c["VW"]) == 0),
+        Constraint("a_load_covers_tile", "algorithm",
+                   "the work-group loads the KBLK x MBLK weight tile in whole VW-wide vectors, "
+                   "the same number per work-item, so the load needs no bounds check",
+                   lambda l, c, t: (c["KBLK"] * c["MBLK"]) % (_wg(c) * c["VW"]) == 0),
+        Constraint("b_load_covers_tile", "algorithm",
+                   "each work-item loads fixed columns (rows for NHWC) of the KBLK x NBLK input "
+                   "tile, the same count each: the work-group size and the tile must divide",
+                   lambda l, c, t: _b_covers(c)),
+        Constraint("unroll_divides_kblk", "algorithm",
+                   "a partial unroll must divide the KBLK inner loop (0 = unroll fully)",
+                   lambda l, c, t: c["UNROLL"] == 0 or c["KBLK"] % c["UNROLL"] == 0),
+        Constraint("m_tile_not_oversized", "software",
+                   "a tile beyond the next power of two above K/G (floor 16) computes only "
+                   "padding; smaller layers use a partial tile with guarded stores",
+                   lambda l, c, t: c["MBLK"] <= max(16, pow2_at_least(_gemm_dims(l)[0]))),
+        Constraint("n_tile_not_oversized", "software",
+                   "a tile beyond the next power of two above N*P*Q (floor 16) computes only "
+                   "padding",
+                   lambda l, c, t: c["NBLK"] <= max(16, pow2_at_least(_gemm_dims(l)[1]))),
+        Constraint("k_tile_not_oversized", "software",
+                   "a K step beyond the next power of two above C/G*R*S (floor 8) multiplies "
+                   "zeros",
+                   lambda l, c, t: c["KBLK"] <= max(8, pow2_at_least(_gemm_dims(l)[2]))),
+        Constraint("lpad_only_when_strided", "software",
+                   "local padding only helps the NHWC load, whose work-items store down a "
+                   "column of the B tile; elsewhere it duplicates a point",
+                   lambda l, c, t: c["LPAD"] == 0 or c["LAYOUT"] == "NHWC"),
+        Constraint("accumulators_fit", "software",
+                   "more than 128 accumulators per work-item spill on every compiler we target",
+                   lambda l, c, t: (c["MBLK"] // c["MDIM"]) * (c["NBLK"] // c["NDIM"]) <= 128),
+        Constraint("whole_simd_groups", "hardware",
+                   "a work-group that is not a whole number of SIMD groups (warps) leaves lanes "
+                   "idle",
+                   lambda l, c, t: _wg(c) % min(t.simd_width, 64) == 0),
+        Constraint("enough_work_groups", "hardware",
+                   "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute unit "
+                   "when the layer has enough 64x64 tiles to give them",
+                   _enough_work_groups),
+    )
+
+    # -- domain --------------------------------------------------------------------------------
+    def supports(self, layer):
+        if layer.op != "conv":
+            return f"{self.name} implements conv, not {layer.op}"
+        return None             # any kernel, stride, pad, dilation and groups: all in the loads
+
+    def layouts_of(self, layer, cfg):
+        return cfg["LAYOUT"], cfg["LAYOUT"]
+
+    # -- space ---------------------------------------------------------------------------------
+    def knobs(self, layer, target):
+        return [Knob("MDIM", (16, 8, 32, 4), "work-items along M (output channels)"),
+                Knob("NDIM", (16, 8, 32, 4), "work-items along N (output pixels)"),
+                Knob("MBLK", (64, 128, 32, 16), "tile in M per work-group"),
+                Knob("NBLK", (64, 128, 32, 16), "tile in N per work-group"),
+                Knob("KBLK", (16, 8, 32), "reduction step held in local memory"),
+                Knob("VW", (4, 2, 1), "vector width: weight loads and local-memory reads"),
+                Knob("UNROLL", (0, 1), "unroll of the KBLK inner loop (0 = fully)"),
+                Knob("LPAD", (0, 1), "floats of padding per local B row (bank conflicts)"),
+                Knob("DBUF", (1, 0), "double buffering: prefetch the next tile into registers "
+                                     "while multiplying the current one, one barrier per step"),
+                Knob("LAYOUT", LAYOUTS, "layout of the input read and the output written")]
+
+    def fallback(self, layer, target):
+        return first_valid(self, layer, target, _FALLBACKS)
+
+    def local_mem_bytes(self, layer, cfg):
+        c = cfg
+        words = c["KBLK"] * (c["MBLK"] + c["NBLK"] + c["LPAD"])
+        return 4 * words * (2 if c["DBUF"] else 1)
+
+    def registers(self, layer, cfg):
+        """Accumulators, one k-slice of operands, the prefetched tile, column indices, ~20."""
+        c = cfg
+        mthd, nthd = c["MBLK"] // c["MDIM"], c["NBLK"] // c["NDIM"]
+        _, cols, _, rows, _ = _b_plan(c)
+        regs = mthd * nthd + mthd + nthd + 3 * cols + 20
+        if c["DBUF"]:
+            regs += c["KBLK"] * c["MBLK"] // _wg(c) + cols * rows
+        return regs
+
+    # -- code ----------------------------------------------------------------------------------
+    def template_params(self, layer, cfg):
+        d = conv_sizes(layer)
+        c = cfg
+        m, npq, crs = _gemm_dims(layer)
+        along, cols, colstep, rows, rowstep = _b_plan(c)
+        lay = c["LAYOUT"]
+        d.update(
+            MTHD=c["MBLK"] // c["MDIM"], NTHD=c["NBLK"] // c["NDIM"], WG=_wg(c),
+            NPQ=npq, CRS=crs, CRSP=round_up(crs, c["KBLK"]), KGP=round_up(m, c["MBLK"]),
+            MTILES=ceil_div(m, c["MBLK"]), NTILES=ceil_div(npq, c["NBLK"]),
+            LDA=c["MBLK"], LDB=c["NBLK"] + c["LPAD"],
+            AVEC=c["MBLK"] // c["VW"], A_ITERS=c["KBLK"] * c["MBLK"] // (_wg(c) * c["VW"]),
+            B_ALONG=along, BCOLS=cols, B_COLSTEP=colstep, BROWS=rows, B_ROWSTEP=rowstep,
+            RED_CMAJOR=lay != "NHWC", BATCH_FAST=lay == "CHWN",
+            HCHK=needs_bounds(d["H"], d["P"], d["SH"], d["PT"], d["R"], d["DH"]),
+            WCHK=needs_bounds(d["W"], d["Q"], d["SW"], d["PL"], d["S"], d["DW"]),
+            KCHK=crs % c["KBLK"] != 0, NCHK=npq % c["NBLK"] != 0, MCHK=m % c["MBLK"] != 0,
+            XS=layout_strides(lay, d["BATCH"], d["C"], d["H"], d["W"]),
+            YS=layout_strides(lay, d["BATCH"], d["K"], d["P"], d["Q"]),
+            has_bias=bool(layer.attrs["bias"]))
+        # vector stores: a work-item's VW consecutive pixels are consecutive, VW-aligned output
+        # floats when N is the contiguous output dimension and no vector straddles two images
+        d["VSTORE"] = c["VW"] > 1 and (lay == "CHWN" and npq % c["VW"] == 0
+                                       or lay == "NCHW" and (d["P"] * d["Q"]) % c["VW"] == 0)
+        return d
+
+    def buffers(self, layer, cfg):
+        m, _, crs = _gemm_dims(layer)
+        return {"wpack": layer.attrs["groups"] * round_up(crs, cfg["KBLK"])
+                * round_up(m, cfg["MBLK"])}
+
+    def launches(self, layer, cfg, prefix):
+        m, npq, crs = _gemm_dims(layer)
+        g = layer.attrs["groups"]
+        packed = g * round_up(crs, cfg["KBLK"]) * round_up(m, cfg["MBLK"])
+        gsize = (ceil_div(npq, cfg["NBLK"]) * cfg["NDIM"],
+                 ceil_div(m, cfg["MBLK"]) * g * cfg["MDIM"])
+        return [Launch(f"{prefix}_pack", _PACK_ARGS, (round_up(packed, 64),), (64,), phase="setup"),
+                Launch(prefix, _RUN_ARGS[bool(layer.attrs["bias"])], gsize,
+                       (cfg["NDIM"], cfg["MDIM"]))]
+
+
+_PACK_ARGS = (Param("weight"), Buffer("wpack"))
+_RUN_ARGS = {False: (In(0), Buffer("wpack"), Out()),
+             True: (In(0), Buffer("wpack"), Param("bias"), Out())}

@@ -1,0 +1,154 @@
+"""conv_tiled: register-tiled direct convolution without local memory (Boda's tconv).
+
+One work-item computes KT output channels x QT consecutive output pixels of one output row in
+registers. Per input channel it reads, for each filter row, the one input-row segment its QT
+windows cover, and multiplies it with the KT filters' taps: the taps and the KT x QT block of
+multiply-adds are emitted by Mako as straight-line code with every index a constant (the
+filter-row loop too while the block stays small), and only the segment loads that can fall
+into the padding or past the edge of the image carry a guard (decided at generation time from
+the layer's sizes). Weights are re-laid out once, in set_params, to [G][K/KT][C/G][R][S][KT]
+zero-padded, so a tap's KT filter values are one aligned vector load, uniform across the
+work-items of a filter block; WCONST puts them in __constant memory when they fit.
+
+Domain: every convolution (any kernel, stride, asymmetric pad, dilation, groups); NCHW in and
+out.
+"""
+from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, ceil_div, round_up
+from .conv_igemm import conv_sizes, first_valid, pow2_at_least
+
+# Straight-line code budget: above this many multiply-adds per input channel the filter-row
+# loop stays a (non-unrolled) loop and only the taps of one row are emitted.
+MAX_UNROLLED_FMAS = 1024
+# OpenCL guarantees 64 KiB of __constant memory on every full-profile device.
+CONSTANT_BYTES = 64 * 1024
+
+
+def _blocks(layer, cfg):
+    n, k, p, q = layer.out_shape
+    g = layer.attrs["groups"]
+    return ceil_div(k // g, cfg["KT"]), ceil_div(q, cfg["QT"])
+
+
+def _items(layer, cfg):
+    n, k, p, q = layer.out_shape
+    kb, qb = _blocks(layer, cfg)
+    return n * layer.attrs["groups"] * kb * p * qb
+
+
+def _packed(layer, cfg):
+    kb, _ = _blocks(layer, cfg)
+    _, cg, r, s = layer.params[0][1]
+    return layer.attrs["groups"] * kb * cg * r * s * cfg["KT"]
+
+
+def _span(layer, cfg):
+    """Input columns one work-item's QT windows cover in one filter row."""
+    a = layer.attrs
+    return (cfg["QT"] - 1) * a["stride"][1] + (a["kernel"][1] - 1) * a["dilation"][1] + 1
+
+
+def _enough_work_groups(layer, cfg, t):
+    want = t.min_wg_per_cu * t.compute_units
+    n, k, p, q = layer.out_shape
+    if n * k * p * q < want * 256 * 16:
+        return True                     # too small to fill the device with any block
+    return ceil_div(_items(layer, cfg), cfg["WG"]) >= want
+
+
+_FALLBACKS = [dict(KT=kt, QT=qt, WG=wg, VW=1, WCONST=0)
+              for kt, qt in ((4, 4), (2, 4), (4, 2), (1, 4), (2, 2), (4, 1), (1, 2), (2, 1), (1, 1))
+              for wg in (64, 32, 128, 256)]
+
+
+class ConvTiled(Variant):
+    name = "conv_tiled"
+    ops = ("conv",)
+    template = "kernels/conv_tiled.cl.mako"
+
+    constraints = (
+        Constraint("vw_divides_qt", "algorithm",
+                   "output stores are whole VW-wide vectors of the QT pixels",
+                   lambda l, c, t: c["QT"] % c["VW"] == 0),
+        Constraint("kt_not_oversized", "software",
+                   "a channel block beyond the next power of two above K/G computes padding",
+                   lambda l, c, t: c["KT"] <= pow2_at_least(l.out_shape[1] // l.attrs["groups"])),
+        Constraint("qt_not_oversized", "software",
+                   "a pixel block beyond the next power of two above the output width computes "
+                   "padding",
+                   lambda l, c, t: c["QT"] <= pow2_at_least(l.out_shape[3])),
+        Constraint("wg_not_wasteful", "software",
+                   "a work-group larger than the whole launch (or one SIMD group) only adds "
+                   "idle work-items",
+                   lambda l, c, t: c["WG"] <= max(32, min(t.simd_width, 64),
+                                                  pow2_at_least(_items(l, c)))),
+        Constraint("weights_fit_constant", "hardware",
+                   "__constant memory is only guaranteed 64 KiB; larger packed weights stay "
+                   "global",
+                   lambda l, c, t: not c["WCONST"] or 4 * _packed(l, c) <= CONSTANT_BYTES),
+        Constraint("whole_simd_groups", "hardware",
+                   "a work-group that is not a whole number of SIMD groups leaves lanes idle",
+                   lambda l, c, t: c["WG"] % min(t.simd_width, 64) == 0),
+        Constraint("enough_work_groups", "hardware",
+                   "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute unit "
+                   "when the layer is large enough to give them",
+                   _enough_work_groups),
+    )
+
+    def supports(self, layer):
+        if layer.op != "conv":
+            return f"{self.name} implements conv, not {layer.op}"
+        return None             # any kernel, stride, pad, dilation and groups
+
+    def knobs(self, layer, target):
+        return [Knob("KT", (4, 8, 2, 1), "output channels per work-item (register block in K)"),
+                Knob("QT", (4, 8, 2, 1), "output pixels along a row per work-item (register "
+                                         "block in Q)"),
+                Knob("WG", (64, 128, 256, 32), "work-items per work-group"),
+                Knob("VW", (1, 2, 4), "vector width of input-row loads and output stores"),
+                Knob("WCONST", (0, 1), "packed weights in __constant memory")]
+
+    def fallback(self, layer, target):
+        return first_valid(self, layer, target, _FALLBACKS)
+
+    def registers(self, layer, cfg):
+        """Accumulators, one filter row's input segment, one tap's KT weights, ~16 of state."""
+        return cfg["KT"] * cfg["QT"] + _span(layer, cfg) + cfg["KT"] + 16
+
+    def template_params(self, layer, cfg):
+        d = conv_sizes(layer)
+        kb, qb = _blocks(layer, cfg)
+        qt, sw, dw, s = cfg["QT"], d["SW"], d["DW"], d["S"]
+        span = _span(layer, cfg)
+        used = sorted({qq * sw + j * dw for qq in range(qt) for j in range(s)})
+        # a segment column needs a guard only if some work-item's window puts it in the padding
+        last_q0 = (qb - 1) * qt * sw - d["PL"]
+        guard_col = {i: (i - d["PL"] < 0) or (last_q0 + i > d["W"] - 1) for i in used}
+        guard_row = [(r * d["DH"] - d["PT"] < 0)
+                     or ((d["P"] - 1) * d["SH"] - d["PT"] + r * d["DH"] > d["H"] - 1)
+                     for r in range(d["R"])]
+        # runs of VW consecutive unguarded columns become one vector load
+        vec_at, i = {}, 0
+        cols = set(used)
+        while i < span:
+            run = range(i, i + cfg["VW"])
+            if cfg["VW"] > 1 and all(j in cols and not guard_col[j] for j in run):
+                vec_at[i] = True
+                i += cfg["VW"]
+            else:
+                i += 1
+        unroll_r = d["R"] * d["S"] * cfg["KT"] * qt <= MAX_UNROLLED_FMAS
+        d.update(KB=kb, QB=qb, SPAN=span, USED=used, GUARD_COL=guard_col, GUARD_ROW=guard_row,
+                 VEC_AT=vec_at, UNROLL_R=unroll_r, ITEMS=_items(layer, cfg),
+                 KCHK=(d["KG"] % cfg["KT"]) != 0, QCHK=(d["Q"] % qt) != 0,
+                 has_bias=bool(layer.attrs["bias"]))
+        return d
+
+    def buffers(self, layer, cfg):
+        return {"wpack": _packed(layer, cfg)}
+
+    def launches(self, layer, cfg, prefix):
+        args = ((In(0), Buffer("wpack")) + ((Param("bias"),) if layer.attrs["bias"] else ())
+                + (Out(),))
+        return [Launch(f"{prefix}_pack", (Param("weight"), Buffer("wpack")),
+                       (round_up(_packed(layer, cfg), 64),), (64,), phase="setup"),
+                Launch(prefix, args, (round_up(_items(layer, cfg), cfg["WG"]),), (cfg["WG"],))]

@@ -1,0 +1,373 @@
+<%namespace name="c" file="_common.mako"/>\
+<%!
+def vtype(w):
+    return "float" if w == 1 else "float%d" % w
+
+def comp(w, i):
+    return "" if w == 1 else ".s%x" % i
+
+def indent(text, n):
+    pad = " " * n
+    return "".join(pad + l if l.strip() else l for l in text.splitlines(True))
+
+def define(name, value, comment=""):
+    line = "#define %-10s %s" % (name, value)
+    return ("%-30s // %s" % (line, comment)) if comment else line
+%>\
+<%
+    xs_n, xs_c, xs_h, xs_w = XS
+    ys_n, ys_c, ys_h, ys_w = YS
+    # The runtime checks of the implicit im2col load, decided here from the layer's sizes:
+    # a tap in the padding reads 0 (HCHK, WCHK); a row past CRS in a partial last K tile reads 0,
+    # folded into the height or width check when there is one (a huge negative offset fails it).
+    fold_h = KCHK and HCHK
+    fold_w = KCHK and WCHK and not HCHK
+    terms = []
+    if HCHK:
+        terms.append("(uint)(ih0[j] + rh) < (uint)H")
+    if WCHK:
+        terms.append("(uint)(iw0[j] + rw) < (uint)W")
+    if KCHK and not (HCHK or WCHK):
+        terms.append("rowok")
+    bcond = " && ".join(terms)
+%>\
+// ${prefix}: convolution as a local-memory implicit GEMM (${variant}, after BEAST)
+//   in ${BATCH}x${C}x${H}x${W} -> out ${BATCH}x${K}x${P}x${Q}, kernel ${R}x${S}, stride ${SH}x${SW},
+//   pad top/left/bottom/right ${PT}/${PL}/${PB}/${PR}, dilation ${DH}x${DW}, groups ${G},
+//   bias ${"yes" if has_bias else "no"}, act ${attrs["act"]}; input and output in ${LAYOUT}
+// per group: Y[m][n] = sum_k Wt[k][m] * X[k][n] with M = K/G = ${KG} output channels,
+//   N = N*P*Q = ${NPQ} output pixels (${"the image index fastest" if BATCH_FAST else "image-major"}), k = ${"(c, r, s)" if RED_CMAJOR else "(r, s, c)"} over C/G*R*S = ${CRS};
+//   X (im2col of the input) is never stored: its tiles are read from the input in place.
+
+// -- tunables
+${define("MDIM", MDIM, "work-items along M (output channels)")}
+${define("NDIM", NDIM, "work-items along N (output pixels)")}
+${define("MBLK", MBLK, "tile in M per work-group")}
+${define("NBLK", NBLK, "tile in N per work-group")}
+${define("KBLK", KBLK, "reduction step held in local memory")}
+${define("VW", VW, "vector width: weight loads, local reads, stores")}
+${define("UNROLL", UNROLL, "unroll of the KBLK loop (0 = fully)")}
+${define("LPAD", LPAD, "floats of padding per local B row")}
+${define("DBUF", DBUF, "prefetch tile k+1 into registers during tile k")}
+${define("LAYOUT_" + LAYOUT, 1, "layout of the input read and the output written")}
+${define("MTHD", MTHD, "accumulator rows per work-item (MBLK/MDIM)")}
+${define("NTHD", NTHD, "accumulator columns per work-item (NBLK/NDIM)")}
+${define("WG", "(MDIM * NDIM)")}
+
+// -- the layer
+${define("BATCH", BATCH)}
+${define("C", C)}
+${define("H", H)}
+${define("W", W)}
+${define("K", K)}
+${define("P", P)}
+${define("Q", Q)}
+${define("R", R)}
+${define("S", S)}
+${define("SH", SH)}
+${define("SW", SW)}
+${define("PT", PT)}
+${define("PL", PL)}
+${define("DH", DH)}
+${define("DW", DW)}
+${define("G", G)}
+${define("CG", CG, "input channels per group")}
+${define("KG", KG, "output channels per group (M)")}
+${define("NPQ", NPQ, "output pixels (N)")}
+${define("CRS", CRS, "reduction length")}
+${define("CRSP", CRSP, "... padded to whole KBLK steps")}
+${define("KGP", KGP, "M padded to whole MBLK tiles")}
+${define("MTILES", MTILES, "MBLK tiles per group")}
+${define("KTILES", "(CRSP / KBLK)")}
+// strides of the input (X_) and output (Y_) layouts
+${define("X_SN", xs_n)}
+${define("X_SC", xs_c)}
+${define("X_SH", xs_h)}
+${define("X_SW", xs_w)}
+${define("Y_SN", ys_n)}
+${define("Y_SC", ys_c)}
+${define("Y_SH", ys_h)}
+${define("Y_SW", ys_w)}
+// local memory: weight tiles [KBLK][LDA], input tiles [KBLK][LDB], NBUF of each
+${define("LDA", LDA)}
+${define("LDB", LDB)}
+${define("A_SIZE", "(KBLK * LDA)")}
+${define("B_SIZE", "(KBLK * LDB)")}
+${define("NBUF", 2 if DBUF else 1)}
+// the weight load: KBLK rows of AVEC vectors, A_ITERS vectors per work-item
+${define("AVEC", AVEC)}
+${define("A_ITERS", A_ITERS)}
+// the input load, along ${"N: a work-item keeps BCOLS columns and walks BROWS rows" if B_ALONG == "n" else "K: a work-item keeps BROWS rows and walks BCOLS columns"}
+${define("BCOLS", BCOLS)}
+${define("B_COLSTEP", B_COLSTEP)}
+${define("BROWS", BROWS)}
+${define("B_ROWSTEP", B_ROWSTEP)}
+${define("floatV", vtype(VW))}
+${c.helpers()}
+// Weights [K][C/G][R][S] -> k-major [G][CRSP][KGP], zero outside the layer (run once).
+__kernel __attribute__((reqd_work_group_size(64, 1, 1)))
+void ${prefix}_pack(__global const float* restrict w, __global float* restrict wp)
+{
+    const int i = get_global_id(0);
+    if (i >= G * CRSP * KGP)
+        return;
+    const int m = i % KGP;
+    const int crs = (i / KGP) % CRSP;
+    const int g = i / (KGP * CRSP);
+    float v = 0.0f;
+    if (m < KG && crs < CRS) {
+% if RED_CMAJOR:
+        const int c = crs / (R * S), rs = crs % (R * S);
+% else:
+        const int c = crs % CG, rs = crs / CG;
+% endif
+        v = w[((g * KG + m) * CG + c) * (R * S) + rs];
+    }
+    wp[i] = v;
+}
+<%def name="load_tile(kt)">\
+// weights: KBLK x MBLK, aligned vectors, no checks (packed and padded)
+#pragma unroll
+for (int it = 0; it < A_ITERS; ++it) {
+    const int e = tid + it * WG;
+    pa[it] = *(__global const floatV*)(wg + (${kt} * KBLK + e / AVEC) * KGP + e % AVEC * VW);
+}
+// input: KBLK x NBLK of the implicit im2col matrix
+#pragma unroll
+for (int t = 0; t < BROWS; ++t) {
+    const int crs = ${kt} * KBLK + brow + t * B_ROWSTEP;
+% if RED_CMAJOR:
+    const int c = crs / (R * S), rs = crs % (R * S);
+% else:
+    const int c = crs % CG, rs = crs / CG;
+% endif
+    const int r = rs / S, s = rs % S;
+    const int xo_r = c * X_SC + r * (DH * X_SH) + s * (DW * X_SW);
+% if HCHK:
+    const int rh = ${"crs < CRS ? r * DH : -(1 << 28)" if fold_h else "r * DH"};
+% endif
+% if WCHK:
+    const int rw = ${"crs < CRS ? s * DW : -(1 << 28)" if fold_w else "s * DW"};
+% endif
+% if KCHK and not (HCHK or WCHK):
+    const bool rowok = crs < CRS;
+% endif
+    #pragma unroll
+    for (int j = 0; j < BCOLS; ++j)
+% if bcond:
+        pb[t][j] = (${bcond}) ? x[xo[j] + xo_r] : 0.0f;
+% else:
+        pb[t][j] = x[xo[j] + xo_r];
+% endif
+}
+</%def>\
+<%def name="store_tile(buf)">\
+{
+    __local float* const as = Abuf + (${buf}) * A_SIZE;
+    __local float* const bs = Bbuf + (${buf}) * B_SIZE;
+    #pragma unroll
+    for (int it = 0; it < A_ITERS; ++it) {
+        const int e = tid + it * WG;
+        *(__local floatV*)(as + e / AVEC * LDA + e % AVEC * VW) = pa[it];
+    }
+    #pragma unroll
+    for (int t = 0; t < BROWS; ++t)
+        #pragma unroll
+        for (int j = 0; j < BCOLS; ++j)
+            bs[(brow + t * B_ROWSTEP) * LDB + bcol + j * B_COLSTEP] = pb[t][j];
+}
+</%def>\
+<%def name="multiply(buf)">\
+{
+    __local const float* const as = Abuf + (${buf}) * A_SIZE + tm * VW;
+    __local const float* const bs = Bbuf + (${buf}) * B_SIZE + tn * VW;
+    #pragma unroll ${"" if UNROLL == 0 else UNROLL}
+    for (int kk = 0; kk < KBLK; ++kk) {
+        float am[MTHD], bn[NTHD];
+        #pragma unroll
+        for (int i = 0; i < MTHD / VW; ++i) {
+            const floatV v = *(__local const floatV*)(as + kk * LDA + i * (MDIM * VW));
+% for v in range(VW):
+            am[i * VW + ${v}] = v${comp(VW, v)};
+% endfor
+        }
+        #pragma unroll
+        for (int j = 0; j < NTHD / VW; ++j) {
+% if LDB % VW == 0:
+            const floatV v = *(__local const floatV*)(bs + kk * LDB + j * (NDIM * VW));
+% else:
+            const floatV v = vload${VW}(0, bs + kk * LDB + j * (NDIM * VW));
+% endif
+% for v in range(VW):
+            bn[j * VW + ${v}] = v${comp(VW, v)};
+% endfor
+        }
+        #pragma unroll
+        for (int i = 0; i < MTHD; ++i)
+            #pragma unroll
+            for (int j = 0; j < NTHD; ++j)
+                acc[i][j] = mad(am[i], bn[j], acc[i][j]);
+    }
+}
+</%def>\
+
+// One work-group: an MBLK x NBLK tile of one group's Y. Work-item (tn, tm) owns its rows
+// (i*MDIM + tm)*VW + v and columns (j*NDIM + tn)*VW + v: strided, so neighbouring work-items
+// read neighbouring local vectors (no bank conflicts) and write neighbouring outputs.
+__kernel __attribute__((reqd_work_group_size(NDIM, MDIM, 1)))
+void ${prefix}(__global const float* restrict x, __global const float* restrict wp,
+% if has_bias:
+               __global const float* restrict bias,
+% endif
+               __global float* restrict y)
+{
+    const int tn = get_local_id(0), tm = get_local_id(1);
+    const int tid = tm * NDIM + tn;
+    const int n0 = get_group_id(0) * NBLK;
+    const int g = get_group_id(1) / MTILES;
+    const int m0 = get_group_id(1) % MTILES * MBLK;
+    __global const float* const wg = wp + g * (CRSP * KGP) + m0;
+
+    // declared as float4: vector accesses to local memory stay aligned
+    __local float4 Abuf4[NBUF * A_SIZE / 4];
+    __local float4 Bbuf4[(NBUF * B_SIZE + 3) / 4];
+    __local float* const Abuf = (__local float*)Abuf4;
+    __local float* const Bbuf = (__local float*)Bbuf4;
+
+    // Where this work-item loads the input tile, and per column the input offset of its
+    // window's top-left tap (ih0, iw0 kept where the padding needs a check). A column past N
+    // reads a real pixel instead; its result is never stored.
+% if B_ALONG == "n":
+    const int bcol = tid % NBLK, brow = tid / NBLK;
+% else:
+    const int brow = tid % KBLK, bcol = tid / KBLK;
+% endif
+    int xo[BCOLS];
+% if HCHK:
+    int ih0[BCOLS];
+% endif
+% if WCHK:
+    int iw0[BCOLS];
+% endif
+    #pragma unroll
+    for (int j = 0; j < BCOLS; ++j) {
+% if NCHK:
+        const int n = min(n0 + bcol + j * B_COLSTEP, NPQ - 1);
+% else:
+        const int n = n0 + bcol + j * B_COLSTEP;
+% endif
+% if BATCH_FAST:
+        const int img = n % BATCH, pq = n / BATCH;
+% else:
+        const int img = n / (P * Q), pq = n % (P * Q);
+% endif
+        const int h0 = pq / Q * SH - PT, w0 = pq % Q * SW - PL;
+        xo[j] = img * X_SN + g * CG * X_SC + h0 * X_SH + w0 * X_SW;
+% if HCHK:
+        ih0[j] = h0;
+% endif
+% if WCHK:
+        iw0[j] = w0;
+% endif
+    }
+
+    float acc[MTHD][NTHD];
+    #pragma unroll
+    for (int i = 0; i < MTHD; ++i)
+        #pragma unroll
+        for (int j = 0; j < NTHD; ++j)
+            acc[i][j] = 0.0f;
+    floatV pa[A_ITERS];               // the next tile, on its way to local memory
+    float pb[BROWS][BCOLS];
+
+% if DBUF:
+    // tile 0 into buffer 0; then each step loads tile kt+1 into registers, multiplies tile kt
+    // and stores tile kt+1 into the other buffer: one barrier per step
+${indent(capture(load_tile, "0"), 4)}\
+${indent(capture(store_tile, "0"), 4)}\
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int kt = 0; kt < KTILES; ++kt) {
+        const int cur = kt & 1;
+        if (kt + 1 < KTILES) {
+${indent(capture(load_tile, "(kt + 1)"), 12)}\
+        }
+${indent(capture(multiply, "cur"), 8)}\
+        if (kt + 1 < KTILES) {
+${indent(capture(store_tile, "1 - cur"), 12)}\
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+% else:
+    for (int kt = 0; kt < KTILES; ++kt) {
+${indent(capture(load_tile, "kt"), 8)}\
+${indent(capture(store_tile, "0"), 8)}\
+        barrier(CLK_LOCAL_MEM_FENCE);
+${indent(capture(multiply, "0"), 8)}\
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+% endif
+
+    // epilogue: bias, activation, stores; partial tiles guarded
+    float bm[MTHD];
+    #pragma unroll
+    for (int i = 0; i < MTHD; ++i) {
+% if has_bias:
+        bm[i] = bias[g * KG + min(m0 + (i / VW * MDIM + tm) * VW + i % VW, KG - 1)];
+% else:
+        bm[i] = 0.0f;
+% endif
+    }
+% if VSTORE:
+    // VW consecutive pixels of one image are VW consecutive, aligned floats of the output
+    #pragma unroll
+    for (int j = 0; j < NTHD / VW; ++j) {
+        const int n = n0 + (j * NDIM + tn) * VW;
+%   if NCHK:
+        if (n >= NPQ)
+            continue;
+%   endif
+%   if BATCH_FAST:
+        __global float* const yo = y + g * KG * Y_SC + n;
+%   else:
+        __global float* const yo = y + n / (P * Q) * Y_SN + g * KG * Y_SC + n % (P * Q);
+%   endif
+        #pragma unroll
+        for (int i = 0; i < MTHD; ++i) {
+            const int m = m0 + (i / VW * MDIM + tm) * VW + i % VW;
+%   if MCHK:
+            if (m >= KG)
+                continue;
+%   endif
+%   for v in range(VW):
+            const float s${v} = ${c.act(attrs["act"], attrs["alpha"], "acc[i][j * VW + %d] + bm[i]" % v)};
+%   endfor
+            *(__global floatV*)(yo + m * Y_SC) = (floatV)(${", ".join("s%d" % v for v in range(VW))});
+        }
+    }
+% else:
+    #pragma unroll
+    for (int j = 0; j < NTHD; ++j) {
+        const int n = n0 + (j / VW * NDIM + tn) * VW + j % VW;
+%   if NCHK:
+        if (n >= NPQ)
+            continue;
+%   endif
+%   if BATCH_FAST:
+        const int img = n % BATCH, pq = n / BATCH;
+%   else:
+        const int img = n / (P * Q), pq = n % (P * Q);
+%   endif
+        __global float* const yo = y + img * Y_SN + g * KG * Y_SC + pq / Q * Y_SH + pq % Q * Y_SW;
+        #pragma unroll
+        for (int i = 0; i < MTHD; ++i) {
+            const int m = m0 + (i / VW * MDIM + tm) * VW + i % VW;
+%   if MCHK:
+            if (m >= KG)
+                continue;
+%   endif
+            const float s = acc[i][j] + bm[i];
+            yo[m * Y_SC] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+        }
+    }
+% endif
+}

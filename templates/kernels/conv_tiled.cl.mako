@@ -1,0 +1,175 @@
+<%namespace name="c" file="_common.mako"/>\
+<%!
+def vtype(w):
+    return "float" if w == 1 else "float%d" % w
+
+def comp(w, i):
+    return "" if w == 1 else ".s%x" % i
+%>\
+<%
+    wmem = "__constant" if WCONST else "__global"
+    wt = vtype(KT)
+    act, alpha = attrs["act"], attrs["alpha"]
+%>\
+// ${prefix}: register-tiled direct convolution (${variant}, after Boda's tconv)
+//   in ${BATCH}x${C}x${H}x${W} -> out ${BATCH}x${K}x${P}x${Q}, kernel ${R}x${S}, stride ${SH}x${SW},
+//   pad top/left/bottom/right ${PT}/${PL}/${PB}/${PR}, dilation ${DH}x${DW}, groups ${G},
+//   bias ${"yes" if has_bias else "no"}, act ${act}; NCHW in and out
+// one work-item: KT output channels x QT consecutive pixels of one output row, in registers;
+//   per input channel and filter row it loads the ${SPAN} input columns its windows cover
+//   (guarded only where the layer's padding or edge can be reached) and emits the taps and the
+//   KT x QT multiply-adds as straight-line code${"" if UNROLL_R else " (filter rows stay a loop: the block is large)"}.
+
+// -- tunables
+#define KT ${KT}            // output channels per work-item
+#define QT ${QT}            // output pixels per work-item, along the row
+#define WG ${WG}            // work-items per work-group
+#define VW ${VW}            // vector width of input-row loads and output stores
+#define WCONST ${WCONST}        // packed weights in __constant memory
+
+// -- the layer
+#define BATCH ${BATCH}
+#define C ${C}
+#define H ${H}
+#define W ${W}
+#define K ${K}
+#define P ${P}
+#define Q ${Q}
+#define R ${R}
+#define S ${S}
+#define SH ${SH}
+#define SW ${SW}
+#define PT ${PT}
+#define PL ${PL}
+#define DH ${DH}
+#define DW ${DW}
+#define G ${G}
+#define CG ${CG}            // input channels per group
+#define KG ${KG}            // output channels per group
+#define KB ${KB}            // channel blocks per group (KG / KT, rounded up)
+#define QB ${QB}            // pixel blocks per output row (Q / QT, rounded up)
+#define ITEMS ${ITEMS}      // work-items: BATCH * G * KB * P * QB
+${c.helpers()}
+// Weights [K][C/G][R][S] -> [G][KB][C/G][R][S][KT], zero past the last channel (run once).
+__kernel __attribute__((reqd_work_group_size(64, 1, 1)))
+void ${prefix}_pack(__global const float* restrict w, __global float* restrict wp)
+{
+    const int i = get_global_id(0);
+    if (i >= G * KB * CG * R * S * KT)
+        return;
+    const int kt = i % KT, rs = i / KT % (R * S), c = i / (KT * R * S) % CG;
+    const int kb = i / (KT * R * S * CG) % KB, g = i / (KT * R * S * CG * KB);
+    const int k = kb * KT + kt;
+    wp[i] = k < KG ? w[((g * KG + k) * CG + c) * (R * S) + rs] : 0.0f;
+}
+<%def name="filter_row(r, guarded)">\
+% if guarded:
+            if ((uint)(ih0 + ${r} * DH) < (uint)H) {
+% else:
+            {
+% endif
+                const int xr = xo + ${r} * (DH * W);
+<% i = 0 %>\
+% while i < SPAN:
+%   if i in VEC_AT:
+                const ${vtype(VW)} v${i} = vload${VW}(0, x + xr + ${i});
+%     for v in range(VW):
+                const float x${i + v} = v${i}${comp(VW, v)};
+%     endfor
+<% i += VW %>\
+%   else:
+%     if i in GUARD_COL:
+%       if GUARD_COL[i]:
+                const float x${i} = (uint)(iw0 + ${i}) < (uint)W ? x[xr + ${i}] : 0.0f;
+%       else:
+                const float x${i} = x[xr + ${i}];
+%       endif
+%     endif
+<% i += 1 %>\
+%   endif
+% endwhile
+% for s in range(S):
+                {
+                    const ${wt} w = wc[${r} * S + ${s}];
+%   for qq in range(QT):
+%     for kt in range(KT):
+                    acc[${kt}][${qq}] = mad(w${comp(KT, kt)}, x${qq * SW + s * DW}, acc[${kt}][${qq}]);
+%     endfor
+%   endfor
+                }
+% endfor
+            }
+</%def>\
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void ${prefix}(__global const float* restrict x, ${wmem} const float* ${"" if WCONST else "restrict "}wp,
+% if has_bias:
+               __global const float* restrict bias,
+% endif
+               __global float* restrict y)
+{
+    const int gid = get_global_id(0);
+    if (gid >= ITEMS)
+        return;
+    const int qb = gid % QB;
+    const int p = gid / QB % P;
+    const int kb = gid / (QB * P) % KB;
+    const int g = gid / (QB * P * KB) % G;
+    const int img = gid / (QB * P * KB * G);
+    const int q0 = qb * QT;
+    const int ih0 = p * SH - PT, iw0 = q0 * SW - PL;     // top-left input of the first window
+    int xo = ((img * C + g * CG) * H + ih0) * W + iw0;   // the same, as an offset (may be < 0)
+    ${wmem} const ${wt}* wc = (${wmem} const ${wt}*)wp + (g * KB + kb) * (CG * R * S);
+
+    float acc[KT][QT];
+    #pragma unroll
+    for (int i = 0; i < KT; ++i)
+        #pragma unroll
+        for (int j = 0; j < QT; ++j)
+            acc[i][j] = 0.0f;
+
+    for (int c = 0; c < CG; ++c, xo += H * W, wc += R * S) {
+% if UNROLL_R:
+%   for r in range(R):
+        // filter row ${r}
+${filter_row(str(r), GUARD_ROW[r])}\
+%   endfor
+% else:
+        #pragma unroll 1
+        for (int r = 0; r < R; ++r) {
+${filter_row("r", any(GUARD_ROW))}\
+        }
+% endif
+    }
+
+    // epilogue: bias, activation, stores (guarded only where a block can pass the edge)
+% for kt in range(KT):
+    {
+        const int k = kb * KT + ${kt};
+%   if KCHK:
+        if (k < KG) {
+%   else:
+        {
+%   endif
+            __global float* const yr = y + ((img * K + g * KG + k) * P + p) * Q + q0;
+%   for qq in range(QT):
+            const float s${qq} = ${c.act(act, alpha, "acc[%d][%d]%s" % (kt, qq, " + bias[g * KG + k]" if has_bias else ""))};
+%   endfor
+%   if QCHK:
+%     for qq in range(QT):
+            if (q0 + ${qq} < Q)
+                yr[${qq}] = s${qq};
+%     endfor
+%   elif VW > 1:
+%     for q in range(0, QT, VW):
+            vstore${VW}((float${VW})(${", ".join("s%d" % (q + v) for v in range(VW))}), 0, yr + ${q});
+%     endfor
+%   else:
+%     for qq in range(QT):
+            yr[${qq}] = s${qq};
+%     endfor
+%   endif
+        }
+    }
+% endfor
+}

@@ -1,0 +1,308 @@
+"""conv_igemm, conv_tiled and conv_1x1 on PoCL against reference.forward, and their spaces.
+
+Device tests: every variant runs a workload table that covers its declared domain (odd and
+prime sizes, partial tiles, strides, asymmetric pads, dilation, groups, depthwise, bias on and
+off, every fused activation) with several configurations each: the fallback plus points drawn
+from the pruned space, cycling through a seeded random point, the extreme corners (largest
+per-work-item block, largest work-group) and, for conv_igemm, the CHWN and NHWC layouts (the
+input is transposed before the run and the output transposed back). Builds dominate the time,
+so each (layer, configuration) is built once and shapes are small.
+
+Device-free tests: the declared domains, the fallbacks (valid on every target for every layer
+of the table and for benchmark-sized layers), guards emitted only where the sizes need them,
+and GPU-sized points present in the pruned space.
+"""
+import functools
+import zlib
+
+import numpy as np
+import pytest
+
+from aotconv import harness, ops, reference
+from aotconv.graph import Layer
+from aotconv.space import device_constraints
+from aotconv.targets import TARGETS
+from aotconv.variants import BY_NAME
+from aotconv.variants.base import Config
+
+POCL = TARGETS["pocl-cpu"]
+H100 = TARGETS["h100"]
+VARIANTS = ("conv_igemm", "conv_tiled", "conv_1x1")
+
+# axes of a layout, as a permutation of NCHW
+PERM = {"NCHW": (0, 1, 2, 3), "CHWN": (1, 2, 3, 0), "NHWC": (0, 2, 3, 1)}
+
+
+def conv(in_shape, pad=0, **raw):
+    """A conv Layer; `pad` may also be (top, left, bottom, right), which net.yaml cannot say."""
+    four = isinstance(pad, tuple) and len(pad) == 4
+    a = ops.normalise("conv", dict(raw, pad=0 if four else pad))
+    if four:
+        a["pad"] = pad
+    out, params = ops.infer("conv", a, [tuple(in_shape)])
+    return Layer("conv", "conv", a, ["input"], in_shapes=[tuple(in_shape)], out_shape=out,
+                 params=params)
+
+
+# id -> (input shape, attributes); sizes chosen so tiles are partial unless stated
+GENERAL = {
+    "k3_p1_relu": ((2, 5, 9, 11), dict(out=12, kernel=3, pad=1, act="relu")),
+    "k3x2_s2x1_d1x2_g3_tanh": ((1, 6, 13, 13), dict(out=9, kernel=[3, 2], stride=[2, 1],
+                                                    dilation=[1, 2], groups=3, act="tanh")),
+    "k5_s2_asym_pad_leaky": ((1, 3, 17, 15), dict(out=8, kernel=5, stride=2, pad=(2, 1, 0, 3),
+                                                  act="leaky_relu", alpha=0.2)),
+    "depthwise_same_d2_nobias": ((1, 4, 7, 7), dict(out=4, kernel=3, pad="same", groups=4,
+                                                    dilation=2, bias=False)),
+    "k11_s4_sigmoid": ((1, 3, 31, 31), dict(out=5, kernel=11, stride=4, act="sigmoid")),
+    "k1_to1_nobias": ((3, 7, 7, 8), dict(out=1, kernel=1, bias=False)),
+    "k3_32to48_p1_relu": ((1, 32, 8, 8), dict(out=48, kernel=3, pad=1, act="relu")),
+    "window_is_input": ((2, 2, 5, 5), dict(out=3, kernel=5, act="tanh")),
+    "exact_tiles_nopad": ((1, 16, 10, 10), dict(out=32, kernel=3)),
+}
+POINTWISE = {
+    "k1_relu": ((2, 5, 9, 11), dict(out=12, kernel=1, act="relu")),
+    "k1_g3_tanh": ((1, 6, 13, 13), dict(out=9, kernel=1, groups=3, act="tanh")),
+    "k1_d2_nobias": ((3, 7, 4, 8), dict(out=17, kernel=1, dilation=2, bias=False)),
+    "k1_40to70_leaky": ((1, 40, 8, 8), dict(out=70, kernel=1, act="leaky_relu", alpha=0.1)),
+    "k1_depthwise": ((2, 4, 7, 7), dict(out=4, kernel=1, groups=4)),
+    "k1_exact_tiles": ((1, 32, 8, 8), dict(out=64, kernel=1, act="sigmoid")),
+    "k1_1x1_pixels": ((1, 3, 1, 1), dict(out=5, kernel=1)),
+}
+TABLE = {"conv_igemm": GENERAL, "conv_tiled": GENERAL, "conv_1x1": POINTWISE}
+
+
+@functools.lru_cache(maxsize=None)
+def layer_of(lid):
+    shape, attrs = {**GENERAL, **POINTWISE}[lid]
+    return conv(shape, **attrs)
+
+
+@functools.lru_cache(maxsize=None)
+def data_of(lid):
+    """Random inputs and parameters (never zeros) and the float64 reference, once per layer."""
+    layer = layer_of(lid)
+    rng = np.random.default_rng(zlib.crc32(lid.encode()))
+    xs, prm = harness.random_inputs(layer, rng)
+    return xs, prm, reference.forward(layer, xs, prm)
+
+
+def violations(variant, layer, cfg, target):
+    cons = list(variant.constraints) + device_constraints(variant, target)
+    return [c.name for c in cons if not c.check(layer, cfg, target)]
+
+
+def valid_pool(variant, layer, target, seed, size=200, tries=3000):
+    """Distinct valid points drawn uniformly from the unpruned space (rejection sampling)."""
+    rng = np.random.default_rng(seed)
+    knobs = variant.knobs(layer, target)
+    pool = []
+    for _ in range(tries):
+        cfg = Config(tuple((k.name, k.values[rng.integers(len(k.values))]) for k in knobs))
+        if cfg not in pool and not violations(variant, layer, cfg, target):
+            pool.append(cfg)
+            if len(pool) == size:
+                break
+    return pool
+
+
+def _thread_block(name, c):
+    if name == "conv_igemm":
+        return (c["MBLK"] // c["MDIM"]) * (c["NBLK"] // c["NDIM"])
+    if name == "conv_tiled":
+        return c["KT"] * c["QT"]
+    return c["MT"] * c["NT"]
+
+
+def _wg(name, c):
+    if name == "conv_igemm":
+        return c["MDIM"] * c["NDIM"]
+    if name == "conv_tiled":
+        return c["WG"]
+    return c["MB"] * c["NB"]
+
+
+def picks(name, lid, index):
+    """[(tag, cfg)]: the fallback and two points of the pruned space for this layer."""
+    v, layer = BY_NAME[name], layer_of(lid)
+    seed = zlib.crc32(f"{name}/{lid}".encode())
+    pool = valid_pool(v, layer, POCL, seed)
+    kinds = ["random", "max_block", "max_wg"]
+    if name == "conv_igemm":
+        kinds += ["CHWN", "NHWC"]
+    out = [("fallback", v.fallback(layer, POCL))]
+    for kind in (kinds[(2 * index) % len(kinds)], kinds[(2 * index + 1) % len(kinds)]):
+        if kind == "random":
+            cand = pool[len(pool) // 2] if pool else None
+        elif kind == "max_block":
+            cand = max(pool, key=lambda c: (_thread_block(name, c), str(c)), default=None)
+        elif kind == "max_wg":
+            cand = max(pool, key=lambda c: (_wg(name, c), str(c)), default=None)
+        else:
+            same = [c for c in pool if c["LAYOUT"] == kind]
+            cand = same[len(same) // 2] if same else None
+        if cand is not None and all(cand != c for _, c in out):
+            out.append((kind, cand))
+    return out
+
+
+def cases():
+    for name in VARIANTS:
+        for i, lid in enumerate(TABLE[name]):
+            for tag, cfg in picks(name, lid, i):
+                yield pytest.param(name, lid, cfg, id=f"{name}-{lid}-{tag}")
+
+
+@pytest.fixture(scope="module")
+def cl_ctx():
+    try:
+        ctx, queue, _ = harness.context_for(POCL)
+    except Exception as e:                          # no PoCL: the device tier is skipped
+        pytest.skip(f"PoCL not available: {e}")
+    return ctx, queue
+
+
+@pytest.mark.parametrize("name,lid,cfg", list(cases()))
+def test_against_reference(cl_ctx, name, lid, cfg):
+    v, layer = BY_NAME[name], layer_of(lid)
+    xs, prm, ref = data_of(lid)
+    assert not violations(v, layer, cfg, POCL)
+    lin, lout = v.layouts_of(layer, cfg)
+    x = np.ascontiguousarray(xs[0].transpose(PERM[lin]))
+    out = harness.run_layer(layer, v, cfg, [x], prm, ctx=cl_ctx)
+    stored = [layer.out_shape[a] for a in PERM[lout]]
+    out = out.ravel().reshape(stored).transpose(np.argsort(PERM[lout]))
+    ok, err = harness.close(out, ref)
+    assert ok, f"{name} [{cfg}] on {lid}: max relative error {err:.3g}"
+
+
+# -- device-free --------------------------------------------------------------------------------
+
+BIG = {   # benchmark-sized layers: the fallbacks must stay valid where tiles are large
+    "vgg_conv1_1": conv((1, 3, 224, 224), out=64, kernel=3, pad=1, act="relu"),
+    "vgg_conv5_1": conv((1, 512, 14, 14), out=512, kernel=3, pad=1, act="relu"),
+    "alexnet_conv1_n128": conv((128, 3, 227, 227), out=96, kernel=11, stride=4),
+    "alexnet_conv2_g2": conv((1, 96, 27, 27), out=256, kernel=5, pad=2, groups=2),
+    "inception_1x1_n5": conv((5, 832, 7, 7), out=256, kernel=1),
+    "fc6_as_1x1": conv((1, 4096, 1, 1), out=4096, kernel=1),
+}
+
+
+def all_layers():
+    return [layer_of(lid) for lid in {**GENERAL, **POINTWISE}] + list(BIG.values())
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_fallback_valid_on_every_target(name):
+    v = BY_NAME[name]
+    for layer in all_layers():
+        if v.supports(layer) is not None:
+            continue
+        for t in TARGETS.values():
+            cfg = v.fallback(layer, t)
+            assert not violations(v, layer, cfg, t), (name, layer.in_shape, t.name, cfg)
+            gsize = v.launches(layer, cfg, "k")
+            for launch in gsize:
+                assert all(g % l == 0 for g, l in zip(launch.gsize, launch.lsize))
+
+
+def test_domains():
+    igemm, tiled, k1 = (BY_NAME[n] for n in VARIANTS)
+    for lid in GENERAL:
+        assert igemm.supports(layer_of(lid)) is None
+        assert tiled.supports(layer_of(lid)) is None
+    for lid in POINTWISE:
+        assert k1.supports(layer_of(lid)) is None
+    assert "1x1" in k1.supports(conv((1, 4, 5, 5), out=4, kernel=3))
+    assert "stride" in k1.supports(conv((1, 4, 5, 5), out=4, kernel=1, stride=2))
+    assert "padding" in k1.supports(conv((1, 4, 5, 5), out=4, kernel=1, pad=1))
+    pool = Layer("p", "maxpool", ops.normalise("maxpool", {"kernel": 2}), ["input"],
+                 in_shapes=[(1, 1, 4, 4)], out_shape=(1, 1, 2, 2))
+    for v in (igemm, tiled, k1):
+        assert v.supports(pool) is not None
+    assert tiled.layouts_of(layer_of("k3_p1_relu"), tiled.fallback(layer_of("k3_p1_relu"), POCL)) \
+        == ("NCHW", "NCHW")
+
+
+def test_fallback_is_nchw():
+    """A later graph pass inserts layout conversions; untuned layers must not need one."""
+    v = BY_NAME["conv_igemm"]
+    for layer in all_layers():
+        for t in (POCL, H100):
+            assert v.layouts_of(layer, v.fallback(layer, t)) == ("NCHW", "NCHW")
+
+
+def test_gpu_points_survive_pruning():
+    """The space holds what a big GPU wants: 16x16 work-groups, 128x128 or 64x128 tiles,
+    KBLK 16, float4, double buffering."""
+    v = BY_NAME["conv_igemm"]
+    for lid, mb, nb in (("vgg_conv1_1", 64, 128), ("vgg_conv5_1", 128, 128),
+                        ("vgg_conv5_1", 64, 64), ("alexnet_conv1_n128", 128, 128),
+                        ("alexnet_conv1_n128", 64, 128)):
+        cfg = Config.of(MDIM=16, NDIM=16, MBLK=mb, NBLK=nb, KBLK=16, VW=4, UNROLL=0,
+                        LPAD=0, DBUF=1, LAYOUT="NCHW")
+        assert not violations(v, BIG[lid], cfg, H100), (lid, cfg)
+    # ... and a K = 64 layer does not waste half of a 128-row tile
+    cfg = Config.of(MDIM=16, NDIM=16, MBLK=128, NBLK=128, KBLK=16, VW=4, UNROLL=0, LPAD=0,
+                    DBUF=1, LAYOUT="NCHW")
+    assert violations(v, BIG["vgg_conv1_1"], cfg, H100) == ["m_tile_not_oversized"]
+    k1 = BY_NAME["conv_1x1"]
+    cfg = Config.of(MT=8, NT=8, MB=16, NB=16, KB=16, VW=4)
+    assert not violations(k1, BIG["inception_1x1_n5"], cfg, H100) or \
+        violations(k1, BIG["inception_1x1_n5"], cfg, H100) == ["vectors_stay_in_image"]
+
+
+def test_pruning_reasons():
+    """Points that break the named rules are pruned by them."""
+    v, layer = BY_NAME["conv_igemm"], BIG["vgg_conv5_1"]
+    base = dict(MDIM=16, NDIM=16, MBLK=128, NBLK=128, KBLK=16, VW=4, UNROLL=0, LPAD=0, DBUF=1,
+                LAYOUT="NCHW")
+    assert "m_tile_whole_vectors" in violations(v, layer, Config.from_dict({**base, "MBLK": 32}), H100)
+    assert "lpad_only_when_strided" in violations(v, layer, Config.from_dict({**base, "LPAD": 1}), H100)
+    big = Config.from_dict({**base, "MDIM": 32, "NDIM": 32})       # 1024 work-items
+    assert "device.occupancy_registers" in violations(v, layer, big, H100) or \
+        "enough_work_groups" in violations(v, layer, big, H100)
+    huge = Config.from_dict({**base, "KBLK": 32, "MDIM": 8, "NDIM": 8})  # 64 KiB local memory
+    assert "device.local_mem" in violations(v, layer, huge, H100)
+    assert "device.local_mem" not in violations(v, layer, huge, POCL)
+
+
+def test_guards_only_where_needed():
+    """Meta-level guards: an exactly tiled, unpadded layer gets no runtime check at all."""
+    v = BY_NAME["conv_igemm"]
+    exact = layer_of("exact_tiles_nopad")           # N*P*Q = 64, C*R*S = 144, K = 32
+    cfg = Config.of(MDIM=8, NDIM=8, MBLK=32, NBLK=64, KBLK=16, VW=4, UNROLL=0, LPAD=0, DBUF=1,
+                    LAYOUT="NCHW")
+    assert not violations(v, exact, cfg, POCL)
+    src = v.render(exact, cfg, "k")
+    assert "(uint)" not in src and "NPQ - 1" not in src and "rowok" not in src
+    assert "if (m >= KG)" not in src and "if (n >= NPQ)" not in src
+    padded = v.render(layer_of("k3_p1_relu"), v.fallback(layer_of("k3_p1_relu"), POCL), "k")
+    assert "(uint)(ih0[j] + rh) < (uint)H" in padded and "(uint)(iw0[j] + rw) < (uint)W" in padded
+    # conv_tiled: only the input columns that can reach the padding are guarded
+    t = BY_NAME["conv_tiled"]
+    lay = conv((1, 2, 9, 16), out=4, kernel=3, pad=1)      # Q = 16: whole 4-pixel blocks
+    src = t.render(lay, Config.of(KT=4, QT=4, WG=64, VW=1, WCONST=0), "k")
+    guarded = [l for l in src.splitlines() if "< (uint)W ? x[" in l]
+    assert len(guarded) == 2 * 3                     # first and last column of each filter row
+    assert "q0 + " not in src                        # no store guard
+    # conv_1x1: partial tiles guard the last step only where C/G does not divide
+    k1 = BY_NAME["conv_1x1"]
+    src = k1.render(layer_of("k1_exact_tiles"), Config.of(MT=4, NT=4, MB=8, NB=16, KB=16, VW=4), "k")
+    assert "< CG ?" not in src and "continue" not in src
+
+
+def test_source_is_readable():
+    """Tunables visible at the top, every size a #define, kernel names from the prefix."""
+    for name, lid in (("conv_igemm", "k3_p1_relu"), ("conv_tiled", "k3_p1_relu"),
+                      ("conv_1x1", "k1_relu")):
+        v, layer = BY_NAME[name], layer_of(lid)
+        cfg = v.fallback(layer, POCL)
+        src = v.render(layer, cfg, "net_l3")
+        head = src[:src.index("__kernel")]
+        for knob, value in cfg.items:
+            assert f"#define {knob}" in head, (name, knob)
+        assert "#define CG" in head and "#define KG" in head
+        names = {l.kernel for l in v.launches(layer, cfg, "net_l3")}
+        for k in names:
+            assert f"void {k}(" in src
+            assert k == "net_l3" or k.startswith("net_l3_")
