@@ -12,6 +12,10 @@ from .batchnorm import BatchnormDirect
 from .conv_igemm import ConvIgemm
 from .conv_tiled import ConvTiled
 from .conv_1x1 import Conv1x1
+from .conv_im2col import ConvIm2col
+from .conv_winograd import ConvWinograd
+from .dense_gemv import DenseGemv
+from .dense_gemm import DenseGemm
 
 VARIANTS = [
     Eltwise(),
@@ -27,6 +31,10 @@ VARIANTS = [
     ConvIgemm(),
     ConvTiled(),
     Conv1x1(),
+    ConvIm2col(),
+    ConvWinograd(),
+    DenseGemv(),
+    DenseGemm(),
 ]
 BY_NAME = {v.name: v for v in VARIANTS}
 

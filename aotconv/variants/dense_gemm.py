@@ -1,0 +1,125 @@
+"""Dense layers at large batch (e.g. AlexNet fc6 at N = 128) as a tiled SGEMM, and convolutions
+that are dense layers in disguise (see dense_gemv.dense_reason).
+
+    y[b][o] = act(bias[o] + sum_k x[b][k] * W[o][k])     GEMM M = batch, N = OUT, K = C*H*W
+
+The weight is transposed and zero-padded once in set_params into a variant buffer wpack[KP][NP];
+each run transposes the (small) input into scratch xpack[KP][MP] with a local-memory tile
+transpose, then runs the SGEMM core (gemm_tiles) with bias and act fused into its epilogue.
+Output columns are the OUT rows of W, so the stores are coalesced along y's contiguous axis.
+KSPLIT > 1 splits K for layers whose tile grid underfills the device (few batch rows x OUT);
+partial tiles go to scratch and a small launch sums them with bias and act.
+"""
+from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, \
+    ceil_div, round_up
+from . import gemm_tiles as gt
+from .dense_gemv import dense_reason, dense_dims
+
+TT = 8      # tile of the transpose launches (64 work-items: below any GEMM work-group)
+
+
+def _point(layer, cfg):
+    d = dict(gt.layer_memo(layer, "dense", dense_dims))
+    c = cfg.as_dict()
+    ks = c["KSPLIT"]
+    d["KSPLIT"] = ks
+    d["MP"] = round_up(d["N"], c["MWG"])
+    d["NP"] = round_up(d["OUT"], c["NWG"])
+    d["KCH"] = round_up(ceil_div(d["K"], ks), c["KWG"])
+    d["KP"] = ks * d["KCH"]
+    d["PART0"] = d["KP"] * d["MP"]
+    return d
+
+
+def _dims(layer, cfg=None):
+    if cfg is None:
+        return gt.layer_memo(layer, "dense", dense_dims)
+    return gt.point_memo(layer, cfg, "dense_gemm", _point)
+
+
+def _gemm_dims(layer, cfg):
+    d = _dims(layer, cfg)
+    return d["N"], d["OUT"], ceil_div(d["K"], d["KSPLIT"])
+
+
+def _scratch(layer, cfg):
+    d = _dims(layer, cfg)
+    return d["PART0"] + (d["KSPLIT"] * d["MP"] * d["NP"] if d["KSPLIT"] > 1 else 0)
+
+
+def _tiles(layer, cfg):
+    d = _dims(layer, cfg)
+    return (d["MP"] // cfg["MWG"]) * (d["NP"] // cfg["NWG"])
+
+
+class DenseGemm(Variant):
+    name = "dense_gemm"
+    ops = ("dense", "conv")
+    template = "kernels/dense_gemm.cl.mako"
+    scratch = True
+    constraints = gt.gemm_constraints(_gemm_dims) + (
+        Constraint("split_slices_deep", "software",
+                   "each K slice must hold at least 4 K steps, or the partial-sum traffic costs "
+                   "more than the parallelism gained",
+                   lambda l, c, t: c["KSPLIT"] == 1 or
+                   ceil_div(_dims(l)["K"], c["KSPLIT"]) >= 4 * c["KWG"]),
+        Constraint("split_only_if_underfilled", "hardware",
+                   "split-K pays only when the tile grid alone is smaller than two work-groups "
+                   "per compute unit",
+                   lambda l, c, t: c["KSPLIT"] == 1 or
+                   _tiles(l, c) < 2 * t.compute_units * max(1, t.min_wg_per_cu)),
+        Constraint("indices_fit_int32", "software",
+                   "kernels index with 32-bit ints; scratch and the packed weight stay below 2^31",
+                   lambda l, c, t: max(_scratch(l, c), _dims(l, c)["KP"] * _dims(l, c)["NP"])
+                   <= 2 ** 31 - 1),
+    )
+
+    def supports(self, layer):
+        why = dense_reason(layer)
+        return f"{self.name} {why}" if why else None
+
+    def knobs(self, layer, target):
+        return list(gt.GEMM_KNOBS) + [
+            Knob("KSPLIT", (1, 2, 4, 8, 16), "K slices computed by separate work-groups, then summed")]
+
+    def fallback(self, layer, target):
+        return gt.first_valid(self, layer, target, [dict(KSPLIT=k) for k in (1, 2, 4, 8, 16)],
+                              lambda l, c: _tiles(l, c) * c["KSPLIT"])
+
+    def registers(self, layer, cfg):
+        return gt.est_registers(cfg)
+
+    def local_mem_bytes(self, layer, cfg):
+        return max(gt.local_mem_bytes(cfg), 4 * TT * (TT + 1))
+
+    def template_params(self, layer, cfg):
+        d = dict(_dims(layer, cfg))
+        d.update(gt.template_names(cfg))
+        d["HAS_BIAS"] = bool(layer.attrs["bias"])
+        d["VEC_STORE"] = cfg["VWN"] > 1 and d["OUT"] % cfg["VWN"] == 0
+        d["TT"] = TT
+        return d
+
+    def buffers(self, layer, cfg):
+        d = _dims(layer, cfg)
+        return {"wpack": d["KP"] * d["NP"]}
+
+    def scratch_floats(self, layer, cfg):
+        return _scratch(layer, cfg)
+
+    def launches(self, layer, cfg, prefix):
+        d = _dims(layer, cfg)
+        bias = (Param("bias"),) if layer.attrs["bias"] else ()
+        tr = (TT, TT)
+        out = [Launch(f"{prefix}_pack_w", (Param("weight"), Buffer("wpack")),
+                      (round_up(d["KP"], TT), d["NP"]), tr, phase="setup"),
+               Launch(f"{prefix}_pack_x", (In(0), Scratch()),
+                      (round_up(d["KP"], TT), d["MP"]), tr)]
+        gg, gl = gt.launch_geometry(cfg, d["MP"], d["NP"], d["KSPLIT"])
+        if d["KSPLIT"] == 1:
+            out.append(Launch(f"{prefix}_gemm", (Scratch(), Buffer("wpack")) + bias + (Out(),), gg, gl))
+        else:
+            out.append(Launch(f"{prefix}_gemm", (Scratch(), Buffer("wpack")), gg, gl))
+            out.append(Launch(f"{prefix}_reduce", (Scratch(),) + bias + (Out(),),
+                              (round_up(d["OUT"], 64), d["N"]), (64, 1)))
+        return out

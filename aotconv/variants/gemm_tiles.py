@@ -1,0 +1,214 @@
+"""The tiled SGEMM core shared by conv_im2col, conv_winograd and dense_gemm: its knobs, named
+constraints, local-memory and register estimates, launch geometry and template helpers.
+
+The core (templates/kernels/_sgemm.mako) computes, per batch z of a 3-D NDRange,
+
+    C[m][n] = sum_k A[k][m] * B[k][n]
+
+with A and B *packed*: k-major, the other index contiguous, zero-padded to whole tiles
+(Mp = round_up(M, MWG), Np = round_up(N, NWG), Kp = round_up(K, KWG)). Packing happens once in
+set_params for weights and in one cheap run launch (im2col, Winograd input transform, input
+transpose) for activations, so the hot loop has no bounds checks and every global load is a
+coalesced, aligned VWM/VWN-wide vector. Knobs follow CLBlast's xgemm (MWG, NWG, KWG, MDIMC,
+NDIMC, VWM, VWN; strided per-thread layout, STRM=STRN=1 in CLBlast's terms) plus PRE, a
+register prefetch of the next K tile while the current one is multiplied.
+"""
+from .base import Knob, Constraint, Config, ceil_div, round_up
+
+GEMM_KNOBS = (
+    Knob("MWG", (64, 128, 32, 16), "rows of C (M) per work-group tile"),
+    Knob("NWG", (64, 128, 32, 16), "columns of C (N) per work-group tile"),
+    Knob("KWG", (16, 32, 8), "K step: depth of the A and B tiles held in local memory"),
+    Knob("MDIMC", (16, 8, 32), "work-items along M; each owns MWG/MDIMC rows"),
+    Knob("NDIMC", (16, 8, 32), "work-items along N; each owns NWG/NDIMC columns"),
+    Knob("VWM", (4, 2, 1), "vector width of A loads and of the M register block"),
+    Knob("VWN", (4, 2, 1), "vector width of B loads, of the N register block and of C stores"),
+    Knob("PRE", (1, 0), "prefetch the next K tile into registers during the multiply"),
+)
+GEMM_KNOB_NAMES = tuple(k.name for k in GEMM_KNOBS)
+
+# Preferred points for the untuned fallback, best-for-big-layers first; the last one passes
+# every constraint below for any problem size and any target with >= 64 work-items.
+_FALLBACKS = (
+    (128, 128, 16, 16, 16, 4, 4, 1),
+    (64, 128, 16, 16, 16, 4, 4, 1),
+    (128, 64, 16, 16, 16, 4, 4, 1),
+    (64, 64, 16, 16, 16, 4, 4, 1),
+    (32, 64, 16, 8, 16, 4, 4, 1),
+    (64, 32, 16, 16, 8, 4, 4, 1),
+    (32, 32, 16, 8, 8, 4, 4, 1),
+    (16, 64, 16, 8, 16, 2, 4, 1),
+    (64, 16, 16, 16, 8, 4, 2, 1),
+    (16, 32, 16, 8, 8, 2, 4, 1),
+    (32, 16, 16, 8, 8, 4, 2, 1),
+    (16, 16, 8, 8, 8, 2, 2, 1),
+)
+
+
+def pow2_at_least(x):
+    p = 1
+    while p < x:
+        p *= 2
+    return p
+
+
+def derived(cfg):
+    """Names the template and the estimates use, derived from the knobs."""
+    cfg = cfg.as_dict() if hasattr(cfg, "as_dict") else cfg
+    mwi, nwi = cfg["MWG"] // cfg["MDIMC"], cfg["NWG"] // cfg["NDIMC"]
+    threads = cfg["MDIMC"] * cfg["NDIMC"]
+    return dict(MWI=mwi, NWI=nwi, MVI=mwi // max(1, cfg["VWM"]), NVI=nwi // max(1, cfg["VWN"]),
+                THREADS=threads,
+                ALOADS=cfg["KWG"] * cfg["MWG"] // (cfg["VWM"] * threads),
+                BLOADS=cfg["KWG"] * cfg["NWG"] // (cfg["VWN"] * threads))
+
+
+def est_registers(cfg):
+    """A rough count of 32-bit registers per work-item: accumulators, operands, prefetch, ~20
+    for addresses and loop state. The variants return it from registers(), and aotconv.space
+    checks it against the target's per-thread budget and minimum occupancy."""
+    cfg = cfg.as_dict()
+    d = derived(cfg)
+    regs = d["MWI"] * d["NWI"] + cfg["VWM"] + d["NWI"] + 20
+    if cfg["PRE"]:
+        regs += d["ALOADS"] * cfg["VWM"] + d["BLOADS"] * cfg["VWN"]
+    return regs
+
+
+def local_mem_bytes(cfg):
+    return 4 * cfg["KWG"] * (cfg["MWG"] + cfg["NWG"])
+
+
+def gemm_constraints(dims):
+    """The core's constraints; `dims(layer, cfg)` gives the problem's (M, N, K) before padding."""
+    def ok_pow2(size, tile, floor):
+        return tile <= max(floor, pow2_at_least(size))
+
+    return (
+        Constraint("m_tile_whole_vectors", "algorithm",
+                   "each work-item owns MWG/MDIMC rows held as whole VWM-wide vectors",
+                   lambda l, c, t: c["MWG"] % (c["MDIMC"] * c["VWM"]) == 0),
+        Constraint("n_tile_whole_vectors", "algorithm",
+                   "each work-item owns NWG/NDIMC columns held as whole VWN-wide vectors",
+                   lambda l, c, t: c["NWG"] % (c["NDIMC"] * c["VWN"]) == 0),
+        Constraint("a_tile_even_loads", "algorithm",
+                   "every work-item loads the same whole number of A vectors per K tile",
+                   lambda l, c, t: (c["KWG"] * c["MWG"]) % (c["MDIMC"] * c["NDIMC"] * c["VWM"]) == 0),
+        Constraint("b_tile_even_loads", "algorithm",
+                   "every work-item loads the same whole number of B vectors per K tile",
+                   lambda l, c, t: (c["KWG"] * c["NWG"]) % (c["MDIMC"] * c["NDIMC"] * c["VWN"]) == 0),
+        Constraint("accumulators_fit", "software",
+                   "more than 128 accumulators per work-item spill registers on every compiler "
+                   "we target",
+                   lambda l, c, t: (c["MWG"] // c["MDIMC"]) * (c["NWG"] // c["NDIMC"]) <= 128),
+        Constraint("m_tile_not_oversized", "software",
+                   "a tile beyond the next power of two above M (floor 16) computes only padding",
+                   lambda l, c, t: ok_pow2(dims(l, c)[0], c["MWG"], 16)),
+        Constraint("n_tile_not_oversized", "software",
+                   "a tile beyond the next power of two above N (floor 16) computes only padding",
+                   lambda l, c, t: ok_pow2(dims(l, c)[1], c["NWG"], 16)),
+        Constraint("k_tile_not_oversized", "software",
+                   "a K step beyond the next power of two above K (floor 8) multiplies zeros",
+                   lambda l, c, t: ok_pow2(dims(l, c)[2], c["KWG"], 8)),
+        Constraint("whole_warps", "hardware",
+                   "a work-group that is not a whole number of SIMD groups leaves lanes idle",
+                   lambda l, c, t: (c["MDIMC"] * c["NDIMC"]) % t.simd_width == 0),
+    )
+
+
+def is_valid(variant, layer, cfg, target):
+    """Every named constraint plus the device limits aotconv.space adds (work-group size, local
+    memory, registers, occupancy): what the tuner would let through."""
+    from ..space import device_constraints
+    if variant.supports(layer) is not None:
+        return False
+    cons = tuple(variant.constraints) + tuple(device_constraints(variant, target))
+    return all(con.check(layer, cfg, target) for con in cons)
+
+
+def first_valid(variant, layer, target, extra_points, work_groups=None):
+    """The untuned choice: the first fallback GEMM point (each merged with `extra_points`,
+    dicts of the variant's own knobs in order of preference, e.g. split-K) valid for `layer`
+    under `target` whose grid `work_groups(layer, cfg)` gives every compute unit a work-group;
+    when none does, the valid point with the largest grid. Big tiles first: splitting K is
+    cheaper than shrinking the tiles."""
+    best, best_wg = None, -1
+    for p in _FALLBACKS:
+        for extra in extra_points:
+            d = dict(zip(GEMM_KNOB_NAMES, p))
+            d.update(extra)
+            cfg = Config(tuple((k.name, d[k.name]) for k in variant.knobs(layer, target)))
+            if not is_valid(variant, layer, cfg, target):
+                continue
+            if work_groups is None:
+                return cfg
+            wg = work_groups(layer, cfg)
+            if wg >= target.compute_units:
+                return cfg
+            if wg > best_wg:
+                best, best_wg = cfg, wg
+    if best is None:
+        raise AssertionError(f"{variant.name}: no fallback point is valid for layer {layer.name} "
+                             f"on {target.name}")
+    return best
+
+
+_MEMO = {}
+
+
+def layer_memo(layer, tag, fn):
+    """fn(layer), remembered per layer object while its shapes and attributes stay the same:
+    constraints run on every point of a space of ~10^5 points, and the layer-only part of
+    their arithmetic need not be redone each time."""
+    key = (id(layer), tag)
+    hit = _MEMO.get(key)
+    state = (tuple(map(tuple, layer.in_shapes)), tuple(layer.out_shape or ()), layer.attrs)
+    if hit is not None and hit[0] is layer and hit[1] == state:
+        return hit[2]
+    if len(_MEMO) > 512:
+        _MEMO.clear()
+    value = fn(layer)
+    _MEMO[key] = (layer, (state[0], state[1], dict(layer.attrs)), value)
+    return value
+
+
+_LAST = {}
+
+
+def point_memo(layer, cfg, tag, fn):
+    """fn(layer, cfg) for the point being judged: the space checks every constraint of one
+    point in a row, so remembering the last point per tag saves most of the recomputation."""
+    hit = _LAST.get(tag)
+    if hit is not None and hit[0] is layer and hit[1] == cfg:
+        return hit[2]
+    value = fn(layer, cfg)
+    _LAST[tag] = (layer, cfg, value)
+    return value
+
+
+def padded(size, tile):
+    return round_up(size, tile)
+
+
+def launch_geometry(cfg, mp, np_, batches):
+    """(gsize, lsize) of the core over a padded Mp x Np problem with `batches` in dimension 2."""
+    g = (np_ // cfg["NWG"] * cfg["NDIMC"], mp // cfg["MWG"] * cfg["MDIMC"], batches)
+    return g, (cfg["NDIMC"], cfg["MDIMC"], 1)
+
+
+def template_names(cfg):
+    """Template helpers: vector type names and component suffixes."""
+    def vtype(w):
+        return "float" if w == 1 else f"float{w}"
+
+    def comp(w, i):
+        return "" if w == 1 else f".s{i:x}"
+
+    d = derived(cfg)
+    d.update(realM=vtype(cfg["VWM"]), realN=vtype(cfg["VWN"]), vtype=vtype, comp=comp)
+    return d
+
+
+__all__ = ["GEMM_KNOBS", "GEMM_KNOB_NAMES", "gemm_constraints", "local_mem_bytes", "is_valid",
+           "first_valid", "launch_geometry", "template_names", "derived", "est_registers",
+           "ceil_div", "round_up", "pow2_at_least"]
