@@ -47,6 +47,13 @@ class Stats:
     def as_dict(self):
         return asdict(self)
 
+    # mapping-like, so that dict(choice.stats) works as it did when stats was pairs
+    def keys(self):
+        return self.as_dict().keys()
+
+    def __getitem__(self, name):
+        return getattr(self, name)
+
 
 @dataclass(frozen=True)
 class Choice:

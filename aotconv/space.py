@@ -19,7 +19,7 @@ from .variants import for_layer, VARIANTS
 from .variants.base import Config, Constraint, LEVELS
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Candidate:
     variant: str
     cfg: Config

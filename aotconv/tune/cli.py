@@ -43,14 +43,19 @@ def add_tuning_options(p):
     p.add_argument("--jobs", "-j", type=int, help="parallel compiles (default: every core)")
     p.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
-    p.add_argument("--json", action="store_true", help="progress as JSON lines on stdout")
+    p.add_argument("--json", action="store_true", help="progress as JSON lines on stderr")
 
 
 def _load(load, source, batch):
     if load is not None:
         return load(source, batch)
     from ..spec import load_network
-    return load_network(source, batch=batch)
+    net = load_network(source, batch=batch)
+    try:
+        from ..passes import optimise
+    except ImportError:
+        return net
+    return optimise(net)
 
 
 def cmd_space(args, load=None):

@@ -260,8 +260,10 @@ def _data(layer, seed):
 
 
 def _cl_error(e):
-    what = getattr(e, "what", None)
-    return str(what) if what is not None else str(e)
+    """'clEnqueueNDRangeKernel failed: INVALID_WORK_GROUP_SIZE' and the like."""
+    if hasattr(e, "code"):
+        return str(e)
+    return f"{type(e).__name__}: {e}"
 
 
 def run_candidate(tick, target, job):
@@ -297,7 +299,7 @@ def run_candidate(tick, target, job):
         q.finish()
         out = first.read_output()
         t1 = max(first.time_ms(ev), 1e-6)
-    except cl.Error as e:
+    except (cl.Error, TypeError, ValueError, AttributeError) as e:   # CL errors, bad arguments
         return Outcome(Status.LAUNCH_FAILED, message=_cl_error(e), build_s=build_s)
     ok, err = close(out, ref, job.tol)
     if not ok:

@@ -3,7 +3,7 @@
     bar    stderr is a terminal and not --quiet: one line per layer, redrawn after each trial
            (trials, best GFLOP/s so far and its variant, failures), kept when the layer ends
     lines  stderr is not a terminal and not --quiet: one summary line per finished layer
-    json   --json: one JSON object per event on stdout (layer_start, trial, layer_done, warning)
+    json   --json: one JSON object per event on stderr (layer_start, trial, layer_done, warning)
     quiet  --quiet: nothing but warnings
 
 Warnings (untuned layers...) always go to stderr, whatever the mode.
@@ -22,7 +22,7 @@ def gflops(layer, ms):
 class Progress:
     def __init__(self, mode="quiet", stream=None):
         self.mode = mode
-        self.stream = stream or (sys.stdout if mode == "json" else sys.stderr)
+        self.stream = stream or sys.stderr
         self._layer = None
 
     @classmethod
@@ -87,6 +87,7 @@ class Progress:
     def warn(self, text):
         if self.mode == "json":
             self._emit(event="warning", message=text)
+            return
         if self.mode == "bar":
             self.stream.write("\n")
         sys.stderr.write(f"aotconv: WARNING: {text}\n")

@@ -166,7 +166,8 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     def on_outcome(cand, o):
         outcomes[cand] = o
         state["new"] += 1
-        store.append(keys[cand.variant], cand.cfg, o, layer=layer.name, target_kind=target.kind)
+        extra = {"fallback": True} if cand == fb else {}
+        store.append(keys[cand.variant], cand.cfg, o, layer=layer.name, **extra)
         if progress is not None:
             progress.trial(cand, o, outcomes)
 
@@ -187,7 +188,7 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
             if not isinstance(e, Exhausted):
                 raise
     valid = [(o.cost, c) for c, o in outcomes.items() if o.ok]
-    best = min(valid, key=lambda x: (x[0], x[1]))[1] if valid else None
+    best = min(valid, key=lambda x: (x[0], str(x[1])))[1] if valid else None
     return LayerResult(layers, space, best, outcomes.get(best), outcomes, fb,
                        new=state["new"], trials=ev.trials, seconds=time.monotonic() - t0,
                        strategy=strategy, trace=list(ev.trace))
@@ -246,7 +247,7 @@ def records_only(groups, target, store, device=None):
         sp = layer_space(g[0], target)
         outcomes = known_outcomes(sp, store, target, device)
         valid = [(o.cost, c) for c, o in outcomes.items() if o.ok]
-        best = min(valid, key=lambda x: (x[0], x[1]))[1] if valid else None
+        best = min(valid, key=lambda x: (x[0], str(x[1])))[1] if valid else None
         try:
             fb = fallback_candidate(g[0], target, sp)
         except AotconvError:

@@ -1,0 +1,79 @@
+"""Parallel-compile speed-up: build the same candidate kernels with 1, 2, 4... builder processes.
+
+    python -m aotconv.tune.compile_bench --target pocl-cpu --kernels 24 --jobs 1,2
+
+The candidates are a seeded sample of a benchmark layer's pruned space (all its conv
+variants). Driver kernel caches are switched off (POCL_KERNEL_CACHE=0, CUDA_CACHE_DISABLE=1)
+so that every run compiles for real; builder processes are started and warmed up before the
+clock starts, as they are in a tuning run (the pool lives as long as the run).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m aotconv.tune.compile_bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default="auto")
+    p.add_argument("--layer", default="vgg.conv3_2", help="benchmark layer")
+    p.add_argument("--scale", type=int, default=8, help="shrink the layer (as the study does)")
+    p.add_argument("--kernels", type=int, default=24, help="candidates to compile")
+    p.add_argument("--jobs", default=None, help="comma-separated builder counts "
+                                                "(default 1,2,4,... up to the cores)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the numbers as JSON here")
+    a = p.parse_args(argv)
+    os.environ["POCL_KERNEL_CACHE"] = "0"
+    os.environ["CUDA_CACHE_DISABLE"] = "1"
+
+    import numpy as np
+    from ..space import layer_space
+    from ..targets import get_target, find_device, with_limits
+    from ..variants import BY_NAME
+    from .measure import Measurer
+    from .study import benchmark_layers, conv_layer
+
+    target = get_target(a.target)
+    found = find_device(target)
+    if found is None:
+        raise SystemExit(f"compile_bench: no {target.name} device here")
+    live = with_limits(target, found[1])
+    layer = conv_layer(a.layer, benchmark_layers()[a.layer], a.scale)
+    cands = layer_space(layer, live).candidates
+    rng = np.random.default_rng(a.seed)
+    pick = rng.choice(len(cands), size=min(a.kernels, len(cands)), replace=False)
+    sources = [BY_NAME[cands[i].variant].render(layer, cands[i].cfg, "k") for i in pick]
+    cores = os.cpu_count() or 1
+    jobs = [int(j) for j in a.jobs.split(",")] if a.jobs else \
+        [j for j in (1, 2, 4, 8, 16, 32) if j <= cores]
+    rows = []
+    for j in jobs:
+        m = Measurer(live, jobs=max(j, 2))
+        m._nbuilders = j                       # 1 = one builder process, no parallelism
+        pool = m._builder_pool()
+        warm = "__kernel void w(__global float* x) { x[get_global_id(0)] = 1.0f; }"
+        list(pool.map(m._build, [warm] * j))
+        t0 = time.perf_counter()
+        res = list(pool.map(m._build, sources))
+        dt = time.perf_counter() - t0
+        m.close()
+        failed = sum(r[0] != "ok" for r in res)
+        rows.append({"jobs": j, "kernels": len(sources), "seconds": round(dt, 2),
+                     "per_kernel_s": round(dt / len(sources), 3), "failed": failed})
+        print(f"jobs {j:2d}: {len(sources)} kernels in {dt:7.2f} s "
+              f"({dt / len(sources):.3f} s each, speed-up "
+              f"{rows[0]['seconds'] / dt:.2f}x){' ' + str(failed) + ' failed' if failed else ''}",
+              flush=True)
+    out = {"target": live.name, "device": found[1].name, "cores": cores, "layer": a.layer,
+           "scale": a.scale, "rows": rows}
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
