@@ -28,17 +28,17 @@ typedef ${realM} realM;
 typedef ${realN} realN;
 </%def>
 
-<%def name="load_tiles(k0, da, db)">\
-        #pragma unroll
-        for (int l = 0; l < ALOADS; ++l) {
-            const int idx = tid + l * THREADS;
-            ${da} = Ag[((${k0}) + idx / (MWG / VWM)) * (LDA_ / VWM) + idx % (MWG / VWM)];
-        }
-        #pragma unroll
-        for (int l = 0; l < BLOADS; ++l) {
-            const int idx = tid + l * THREADS;
-            ${db} = Bg[((${k0}) + idx / (NWG / VWN)) * (LDB_ / VWN) + idx % (NWG / VWN)];
-        }
+<%def name="load_tiles(k0, da, db, pad='')">\
+${pad}    #pragma unroll
+${pad}    for (int l = 0; l < ALOADS; ++l) {
+${pad}        const int idx = tid + l * THREADS;
+${pad}        ${da} = Ag[((${k0}) + idx / (MWG / VWM)) * (LDA_ / VWM) + idx % (MWG / VWM)];
+${pad}    }
+${pad}    #pragma unroll
+${pad}    for (int l = 0; l < BLOADS; ++l) {
+${pad}        const int idx = tid + l * THREADS;
+${pad}        ${db} = Bg[((${k0}) + idx / (NWG / VWN)) * (LDB_ / VWN) + idx % (NWG / VWN)];
+${pad}    }
 </%def>
 
 <%def name="mainloop(A, B, LDA, LDB, KLEN)">
@@ -84,11 +84,11 @@ ${load_tiles("0", "pa[l]", "pb[l]")}\
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k0 + KWG < KLEN_) {                      // next tile in flight during the multiply
-${load_tiles("k0 + KWG", "pa[l]", "pb[l]")}\
+${load_tiles("k0 + KWG", "pa[l]", "pb[l]", pad="        ")}\
         }
 % else:
     for (int k0 = 0; k0 < KLEN_; k0 += KWG) {
-${load_tiles("k0", "Als[idx / (MWG / VWM)][idx % (MWG / VWM)]", "Bls[idx / (NWG / VWN)][idx % (NWG / VWN)]")}\
+${load_tiles("k0", "Als[idx / (MWG / VWM)][idx % (MWG / VWM)]", "Bls[idx / (NWG / VWN)][idx % (NWG / VWN)]", pad="    ")}\
         barrier(CLK_LOCAL_MEM_FENCE);
 % endif
         #pragma unroll
