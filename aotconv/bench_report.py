@@ -1,0 +1,315 @@
+"""What `aotconv bench` derives and prints: roofline figures, the why / what-would-close-it
+column, per-set summaries (geometric means, totals) and the markdown and text tables.
+
+Everything here is device-free: it reads the JSON rows that aotconv.bench measures, so a
+table can be re-rendered (`aotconv bench --from-json`) and tested without a device.
+"""
+import math
+
+# below this kernel time the launch and the ramp-up of the machine dominate (a GPU launch is a
+# few microseconds; PoCL's, through its pthread scheduler, tens)
+LAUNCH_BOUND_US = {"gpu": 10.0, "cpu": 50.0}
+# a layer "falls short" when ours is this much slower than the reference
+SHORT = 1.05
+
+
+def geomean(xs):
+    xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
+    if not xs:
+        return None
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def roofline(flops, nbytes, ms, peak_gflops, peak_gbps, kind="gpu"):
+    """The roofline figures of one measured kernel.
+
+    ai: FLOP per byte of compulsory traffic; ridge: peak_gflops / peak_gbps; bound: "launch"
+    (time under LAUNCH_BOUND_US), else "bandwidth" (ai below the ridge) or "compute";
+    attainable_gflops: min(peak, ai * bandwidth); pct_roof: achieved / attainable.
+    """
+    ai = flops / nbytes if nbytes else math.inf
+    ridge = peak_gflops / peak_gbps if peak_gbps else math.inf
+    out = {"ai": ai, "ridge": ridge}
+    attainable = min(peak_gflops, ai * peak_gbps) if peak_gbps else peak_gflops
+    out["attainable_gflops"] = attainable
+    if ms is None or not ms > 0:
+        out["bound"] = "bandwidth" if ai < ridge else "compute"
+        return out
+    gflops = flops / ms / 1e6
+    gbps = nbytes / ms / 1e6
+    out.update(gflops=gflops, tflops=gflops / 1e3, gbps=gbps,
+               pct_peak=100.0 * gflops / peak_gflops if peak_gflops else None,
+               pct_bw=100.0 * gbps / peak_gbps if peak_gbps else None,
+               pct_roof=100.0 * gflops / attainable if attainable else None)
+    if ms * 1e3 < LAUNCH_BOUND_US.get(kind, 10.0):
+        out["bound"] = "launch"
+    else:
+        out["bound"] = "bandwidth" if ai < ridge else "compute"
+    return out
+
+
+def shape_of(row):
+    return {k: row[k] for k in ("N", "C", "H", "W", "K", "R", "S", "stride", "pad", "P", "Q")}
+
+
+def hint(row, bound, registered=(), chosen=None, launches=1):
+    """What variant would close the gap, from the layer's shape and where it sits on the
+    roofline. `registered`: variant names present now (so the hint can say 'tune longer' for
+    one that exists but was not picked, and 'to write' for one that does not)."""
+    s = shape_of(row)
+    have = set(registered)
+
+    def v(name, what):
+        if name in have and name != chosen:
+            return f"{what} ({name} is registered but was not picked: tune it longer)"
+        if name in have:
+            return f"{what} ({name}: a larger tile / more tuning)"
+        return f"{what} (a {name} variant, to write)"
+
+    pixels = s["N"] * s["P"] * s["Q"]
+    if bound == "launch":
+        extra = " in one launch instead of several" if launches > 1 else ""
+        return (f"launch-bound: the kernel is too short to fill the device; fuse it with its "
+                f"neighbours{extra}, or batch more images")
+    if pixels <= 16:
+        return v("dense_gemm", "dense in disguise (a GEMV over the weights): a GEMV/K-split "
+                 "variant that streams the weights once at full bandwidth")
+    if bound == "bandwidth":
+        if s["R"] == s["S"] == 1:
+            return v("conv_igemm", "1x1 conv at low reuse: a direct GEMM over NCHW (no im2col "
+                     "buffer), vector loads, the epilogue fused")
+        return v("conv_igemm", "implicit GEMM (no im2col buffer: one pass over the input), "
+                 "vector loads")
+    if s["R"] == s["S"] == 3 and s["stride"] == 1:
+        return v("conv_winograd", "Winograd F(2x2,3x3): 2.25x fewer multiplies than direct")
+    if s["R"] == s["S"] == 1 and s["stride"] == 1:
+        return v("conv_im2col", "a 1x1 conv is a plain GEMM: larger register tiles "
+                 "(MWG=NWG=128, 8x8 per work-item)")
+    return v("conv_igemm", "implicit GEMM with larger tiles (128x128) and double-buffered "
+             "local memory")
+
+
+def derive(row, target, registered=()):
+    """Fill a measured layer row's derived fields in place: roofline, ratios, why, hint."""
+    ours = row.get("ours") or {}
+    ms = ours.get("ms")
+    rf = roofline(row["flops"], row["bytes"], ms, target["peak_gflops"], target["peak_gbps"],
+                  target["kind"])
+    row["roofline"] = rf
+    refs = row.get("refs", {})
+    t = (refs.get("torch") or {}).get("ms")
+    c = (refs.get("clblast") or {}).get("ms")
+    row["ours_over_torch"] = ms / t if ms and t else None
+    row["clblast_over_ours"] = c / ms if ms and c else None
+    short = row["ours_over_torch"] is not None and row["ours_over_torch"] > SHORT
+    row["short"] = short
+    if ms:
+        b = rf["bound"]
+        if b == "launch":
+            why = f"launch-bound ({ms * 1e3:.1f} us)"
+        elif b == "bandwidth":
+            why = (f"bandwidth-bound (AI {rf['ai']:.1f} < ridge {rf['ridge']:.1f}); "
+                   f"{rf['pct_bw']:.0f}% of peak bandwidth")
+        else:
+            why = (f"compute-bound (AI {rf['ai']:.0f} >= ridge {rf['ridge']:.1f}); "
+                   f"{rf['pct_peak']:.0f}% of FP32 peak")
+        row["why"] = why
+        row["close_it"] = (hint(row, b, registered, ours.get("variant"), ours.get("launches", 1))
+                           if short else "")
+    return row
+
+
+def summarise(rows):
+    """Per-set figures: geomean of ours/reference, totals, ours vs CLBlast."""
+    done = [r for r in rows if (r.get("ours") or {}).get("ms")]
+    tr = [r for r in done if r.get("ours_over_torch")]
+    cr = [r for r in done if r.get("clblast_over_ours")]
+    both = [r for r in tr]
+    return {
+        "layers": len(rows), "measured": len(done),
+        "geomean_ours_over_torch": geomean([r["ours_over_torch"] for r in tr]),
+        "geomean_clblast_over_ours": geomean([r["clblast_over_ours"] for r in cr]),
+        "faster_than_torch": sum(1 for r in tr if r["ours_over_torch"] < 1.0),
+        "compared_with_torch": len(tr),
+        "total_ours_ms": sum(r["ours"]["ms"] for r in done),
+        "total_ours_ms_where_torch": sum(r["ours"]["ms"] for r in both),
+        "total_torch_ms": sum(r["refs"]["torch"]["ms"] for r in both),
+        "total_clblast_ms": sum(r["refs"]["clblast"]["ms"] for r in cr),
+        "total_ours_ms_where_clblast": sum(r["ours"]["ms"] for r in cr),
+        "tune_s": sum((r.get("ours") or {}).get("tune_s") or 0.0 for r in rows),
+    }
+
+
+# -- formatting -------------------------------------------------------------------------------
+
+def _f(x, fmt="{:.3f}", none="-"):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return none
+    return fmt.format(x)
+
+
+def _ms(x):
+    if x is None:
+        return "-"
+    return f"{x:.4f}" if x < 1 else f"{x:.3f}" if x < 100 else f"{x:.1f}"
+
+
+def shape_text(r):
+    return (f"{r['N']}x{r['C']}x{r['H']}x{r['W']} -> {r['K']}x{r['P']}x{r['Q']}, "
+            f"{r['R']}x{r['S']}/{r['stride']} p{r['pad']}")
+
+
+def _verified(ours):
+    v = ours.get("verify")
+    if not v:
+        return ""
+    if v.get("skipped"):
+        return " (unverified)"
+    return "" if v.get("ok") else " **WRONG**"
+
+
+def layer_table(rows, ref_label, unit="TFLOP/s"):
+    """The per-layer markdown table; `unit` TFLOP/s (GPUs) or GFLOP/s (CPUs)."""
+    scale = 1e3 if unit == "TFLOP/s" else 1.0
+    head = (f"| layer | shape | GFLOP | ours ms | kernel | {ref_label} ms | ours/{ref_label} "
+            f"| CLBlast ms | CLBlast/ours | {unit} | % peak | % BW | why | what would close it |")
+    lines = [head, "|" + "---|" * 14]
+    for r in rows:
+        o = r.get("ours") or {}
+        refs = r.get("refs", {})
+        rf = r.get("roofline", {})
+        if not o.get("ms"):
+            lines.append(f"| {r['name']} | {shape_text(r)} | {r['flops'] / 1e9:.3f} | "
+                         f"{o.get('error', 'not run')} | | | | | | | | | | |")
+            continue
+        t, c = refs.get("torch") or {}, refs.get("clblast") or {}
+        pct_bw = _f(rf.get("pct_bw"), "{:.0f}") if rf.get("bound") == "bandwidth" else ""
+        lines.append(
+            f"| {r['name']} | {shape_text(r)} | {r['flops'] / 1e9:.3f} | "
+            f"{_ms(o['ms'])}{_verified(o)} | {o.get('variant', '')} | "
+            f"{_ms(t.get('ms')) if t.get('ms') else t.get('note', '-')} | "
+            f"{_f(r.get('ours_over_torch'), '{:.2f}')} | "
+            f"{_ms(c.get('ms')) if c.get('ms') else c.get('note', '-')} | "
+            f"{_f(r.get('clblast_over_ours'), '{:.2f}')} | "
+            f"{_f(rf['gflops'] / scale if rf.get('gflops') else None, '{:.3g}')} | "
+            f"{_f(rf.get('pct_peak'), '{:.1f}')} | {pct_bw} | "
+            f"{r.get('why', '')} | {r.get('close_it', '')} |")
+    return "\n".join(lines)
+
+
+def summary_line(name, s, ref_label):
+    parts = [f"**{name}**: {s['measured']}/{s['layers']} layers measured"]
+    if s["geomean_ours_over_torch"] is not None:
+        parts.append(f"geomean ours/{ref_label} **{s['geomean_ours_over_torch']:.2f}** "
+                     f"(faster on {s['faster_than_torch']} of {s['compared_with_torch']}); "
+                     f"total ours {s['total_ours_ms_where_torch']:.3f} ms vs {ref_label} "
+                     f"{s['total_torch_ms']:.3f} ms")
+    if s["geomean_clblast_over_ours"] is not None:
+        parts.append(f"speed-up over CLBlast convgemm: geomean **"
+                     f"{s['geomean_clblast_over_ours']:.2f}x**, total "
+                     f"{s['total_clblast_ms']:.3f} ms vs ours "
+                     f"{s['total_ours_ms_where_clblast']:.3f} ms")
+    if s.get("tune_s"):
+        parts.append(f"picking the kernels (tuning, or comparing fallbacks) took "
+                     f"{s['tune_s']:.0f} s")
+    return "; ".join(parts) + "."
+
+
+def e2e_table(rows, ref_label):
+    lines = [f"| network | batch | tune + build s | ours run() ms | ours kernels ms | "
+             f"{ref_label} eager ms | {ref_label} incl. copies ms | ours/{ref_label} (run vs "
+             f"incl. copies) | ours/{ref_label} (kernels vs eager) | max error vs {ref_label} |",
+             "|" + "---|" * 10]
+    for r in rows:
+        o, t = r.get("ours") or {}, r.get("torch") or {}
+        if o.get("error"):
+            lines.append(f"| {r['net']} | {r['batch']} | {_f(r.get('build_s'), '{:.1f}')} | "
+                         f"{o['error']} | | | | | | |")
+            continue
+        lines.append(
+            f"| {r['net']} | {r['batch']}{' (scaled from ' + str(r['batch_orig']) + ')' if r.get('batch_orig', r['batch']) != r['batch'] else ''} | "
+            f"{_f(r.get('build_s'), '{:.1f}')} | {_ms(o.get('run_ms'))} | "
+            f"{_ms(o.get('kernels_ms'))} | "
+            f"{_ms(t.get('eager_ms')) if t.get('eager_ms') else t.get('note', '-')} | "
+            f"{_ms(t.get('wall_ms'))} | {_f(r.get('ratio_wall'), '{:.2f}')} | "
+            f"{_f(r.get('ratio_kernels'), '{:.2f}')} | {_f(r.get('max_error'), '{:.1e}')} |")
+    return "\n".join(lines)
+
+
+def markdown(doc):
+    """The whole report of one bench JSON document."""
+    tgt, env = doc["target"], doc.get("environment", {})
+    ref_label = doc.get("ref_label", "torch")
+    L = [f"# aotconv bench: {tgt['name']} ({doc['date']})", "",
+         f"Command: `{doc['command']}`", "",
+         f"- Target: {tgt.get('summary', tgt['name'])}; device: {env.get('device', '?')}; "
+         f"FP32 peak {tgt['peak_gflops'] / 1e3:.1f} TFLOP/s, {tgt['peak_gbps']:.0f} GB/s, "
+         f"ridge {tgt['peak_gflops'] / tgt['peak_gbps']:.1f} FLOP/B.",
+         f"- aotconv {doc.get('version', '?')}; mode: {doc.get('mode')}"
+         + (f", budget {doc['budget']}" if doc.get("budget") else "") + "."]
+    for name, r in doc.get("refs", {}).items():
+        L.append(f"- Reference {name}: {r.get('note', '')}")
+    if doc.get("scale"):
+        L.append(f"- **Scaled run**: {doc['scale']}.")
+    if env.get("loadavg_at_start"):
+        L.append(f"- Host: {env.get('cpus', '?')} CPUs, load average (1, 5, 15 min) "
+                 f"{env['loadavg_at_start']} at the start"
+                 + (f", {env['loadavg_at_end']} at the end" if env.get("loadavg_at_end") else "")
+                 + (f"; OMP_WAIT_POLICY={env['omp_wait_policy']}"
+                    if env.get("omp_wait_policy") else "")
+                 + (f"; {doc['elapsed_s']:.0f} s in all" if doc.get("elapsed_s") else "") + ".")
+    L += ["", "Per-layer convolutions have no bias and no activation, so all three "
+          "implementations compute the same thing. Our time: OpenCL profiling events, median "
+          f"of up to {doc.get('repeats')} after warm-up (at least 3 where more would take over "
+          f"{doc.get('max_measure_s', '?')} s), rotating over copies of the buffers sized to "
+          "spill the last-level cache (the references rotate the same way). "
+          f"{ref_label}: " + ("CUDA events around each call, cudnn.benchmark on, TF32 off. "
+                              if doc.get("device_kind") == "gpu" else
+                              "wall time around each call (torch CPU, all threads). ")
+          + "CLBlast: Debian's libclblast1, CLBlastSconvgemm, its OpenCL event. Ratios above "
+          "1 mean ours is slower. '% BW' is given for bandwidth-bound layers only (bytes = "
+          "input + weights + output once). 'why' places our kernel on the roofline; 'what "
+          "would close it' appears where ours is slower than the reference.", ""]
+    for set_name, s in doc.get("sets", {}).items():
+        L += [f"## {set_name}", "", summary_line(set_name, s["summary"], ref_label), "",
+              layer_table(s["rows"], ref_label,
+                          "GFLOP/s" if doc.get("device_kind") == "cpu" else "TFLOP/s"), ""]
+    if doc.get("e2e"):
+        L += ["## End to end (the emitted C library)", "",
+              f"`run()` is the library's wall time per call (input upload, every kernel, output "
+              f"download), median of up to {doc.get('repeats')}; kernels is the sum of its per-kernel "
+              f"profile. {ref_label} eager runs a torch model built from the same net.yaml with "
+              f"the same weights (aotconv.torch_model); outputs are compared before timing.", "",
+              e2e_table(doc["e2e"], ref_label), ""]
+    if doc.get("notes"):
+        L += ["## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [""]
+    return "\n".join(L)
+
+
+def text_table(doc):
+    """A short plain-text summary for the terminal (and the end of the GPU script's log)."""
+    ref_label = doc.get("ref_label", "torch")
+    cpu = doc.get("device_kind") == "cpu"
+    unit, scale = ("GFLOP/s", 1.0) if cpu else ("TFLOP/s", 1e3)
+    L = [f"{'layer':34s} {'ours ms':>10s} {ref_label + ' ms':>12s} {'ratio':>6s} "
+         f"{'CLBlast ms':>10s} {unit:>8s} {'bound':>9s}"]
+    for set_name, s in doc.get("sets", {}).items():
+        for r in s["rows"]:
+            o = r.get("ours") or {}
+            t = (r.get("refs", {}).get("torch") or {}).get("ms")
+            c = (r.get("refs", {}).get("clblast") or {}).get("ms")
+            rf = r.get("roofline", {})
+            L.append(f"{r['name'][:34]:34s} {_f(o.get('ms'), '{:.4f}'):>10s} "
+                     f"{_f(t, '{:.4f}'):>12s} {_f(r.get('ours_over_torch'), '{:.2f}'):>6s} "
+                     f"{_f(c, '{:.4f}'):>10s} "
+                     f"{_f(rf['gflops'] / scale if rf.get('gflops') else None, '{:.3g}'):>8s} "
+                     f"{rf.get('bound', '-'):>9s}")
+        L.append("  " + summary_line(set_name, s["summary"], ref_label))
+    for r in doc.get("e2e", []):
+        o, t = r.get("ours") or {}, r.get("torch") or {}
+        L.append(f"e2e {r['net']} b{r['batch']}: run() {_f(o.get('run_ms'), '{:.3f}')} ms, "
+                 f"kernels {_f(o.get('kernels_ms'), '{:.3f}')} ms; {ref_label} eager "
+                 f"{_f(t.get('eager_ms'), '{:.3f}')} ms; tune+build "
+                 f"{_f(r.get('build_s'), '{:.1f}')} s"
+                 + (f"; {o['error']}" if o.get("error") else ""))
+    return "\n".join(L)

@@ -1,0 +1,126 @@
+"""PyTorch as the reference: cuDNN on an NVIDIA GPU (FP32, TF32 off, cudnn.benchmark on), or
+PyTorch's own CPU convolution; timed in this process on the same data as our kernels.
+
+GPU times are CUDA events around each call (device time, one call per event pair, so the
+launch gap is not counted but every kernel cuDNN runs is); CPU times are perf_counter around
+each call. Both are medians after warm-up, rotating over `copies` sets of tensors as our
+timing does, so no side is served from a cache the previous repeat warmed.
+"""
+import time
+
+import numpy as np
+
+
+def torch():
+    import torch as t
+    return t
+
+
+def available(device):
+    """(True, description) or (False, why) for device "cuda" or "cpu"."""
+    try:
+        t = torch()
+    except ImportError as e:
+        return False, f"PyTorch is not installed ({e})"
+    if device == "cuda":
+        if not t.cuda.is_available():
+            return False, "PyTorch sees no CUDA device"
+        return True, (f"PyTorch {t.__version__}, cuDNN {t.backends.cudnn.version()}, "
+                      f"{t.cuda.get_device_name(0)}")
+    return True, f"PyTorch {t.__version__} CPU, {t.get_num_threads()} threads"
+
+
+def configure(device):
+    """FP32 for real: TF32 off for convolutions and matmuls; cuDNN picks its fastest algorithm
+    for each shape (benchmark mode). Returns the settings as recorded in the JSON."""
+    t = torch()
+    t.backends.cudnn.benchmark = True
+    t.backends.cudnn.allow_tf32 = False
+    t.backends.cuda.matmul.allow_tf32 = False
+    try:
+        t.set_float32_matmul_precision("highest")
+    except AttributeError:
+        pass
+    return {"cudnn.benchmark": True, "cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False,
+            "threads": t.get_num_threads(), "device": device}
+
+
+def sync(device):
+    if device == "cuda":
+        torch().cuda.synchronize()
+
+
+class Timer:
+    """Times a zero-argument callable on `device`: returns one duration (ms) per call."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def __call__(self, fn):
+        t = torch()
+        if self.device == "cuda":
+            a, b = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            return a.elapsed_time(b)
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+
+
+class TorchConv:
+    """F.conv2d for one conv layer (groups, dilation, asymmetric pad, bias, act as ours)."""
+
+    def __init__(self, layer, x, w, b=None, device="cpu", copies=1):
+        t = torch()
+        self.t, self.layer, self.device = t, layer, device
+        a = layer.attrs
+        pt, pl, pb, pr = a["pad"]
+        self.sym = (pt, pl) == (pb, pr)
+        self.pad = (pl, pr, pt, pb)
+        self.kw = dict(stride=tuple(a["stride"]), dilation=tuple(a["dilation"]),
+                       groups=a["groups"], padding=(pt, pl) if self.sym else 0)
+        dev = t.device(device)
+        self.sets = []
+        with t.no_grad():
+            for _ in range(max(1, copies)):
+                self.sets.append((t.from_numpy(np.ascontiguousarray(x, np.float32)).to(dev),
+                                  t.from_numpy(np.ascontiguousarray(w, np.float32)).to(dev),
+                                  None if b is None else
+                                  t.from_numpy(np.ascontiguousarray(b, np.float32)).to(dev)))
+
+    def __call__(self, i=0):
+        F = self.t.nn.functional
+        x, w, b = self.sets[i % len(self.sets)]
+        with self.t.no_grad():
+            if not self.sym:
+                x = F.pad(x, self.pad)
+            y = F.conv2d(x, w, b, **self.kw)
+            return apply_act(y, self.layer.attrs["act"], self.layer.attrs["alpha"])
+
+    def output(self):
+        return self(0).float().cpu().numpy()
+
+    def time(self, repeats, warmup):
+        timer = Timer(self.device)
+        for i in range(warmup):
+            self(i)
+        sync(self.device)
+        return [timer(lambda i=i: self(warmup + i)) for i in range(repeats)]
+
+
+def apply_act(y, act, alpha):
+    F = torch().nn.functional
+    if act == "none":
+        return y
+    if act == "relu":
+        return F.relu(y)
+    if act == "leaky_relu":
+        return F.leaky_relu(y, alpha)
+    if act == "sigmoid":
+        return torch().sigmoid(y)
+    if act == "tanh":
+        return torch().tanh(y)
+    raise ValueError(f"unknown activation {act}")

@@ -1,0 +1,100 @@
+"""A PyTorch model of a validated Network with the same weights: the end-to-end reference.
+
+Every op of DESIGN.md maps onto PyTorch's own (whose semantics aotconv follows where
+frameworks differ): conv (asymmetric `same` padding as an explicit F.pad), dense (the input
+flattened in C, H, W order), max/avg pooling with ceil_mode and count_include_pad,
+global_avgpool, the activations, softmax over channels, LocalResponseNorm, concat, add,
+batchnorm (inference), dropout (identity) and flatten. Tensors keep aotconv's convention: 4-D
+NCHW, dense outputs (N, F, 1, 1), so every intermediate can be compared with ours.
+"""
+import numpy as np
+
+from .benchrefs.torch_ref import apply_act
+
+
+def build(net, params, device="cpu"):
+    """A torch.nn.Module running `net` (as spec.load_network gives it, before or after passes)
+    with `params` ({layer: {tensor: array}} or the flat array), in eval mode on `device`."""
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+    from .reference import unflatten_params
+
+    if not isinstance(params, dict):
+        params = unflatten_params(net, params)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+            self.tensors = nn.ParameterDict()
+            for lname, ts in params.items():
+                for tname, arr in ts.items():
+                    self.tensors[_key(lname, tname)] = nn.Parameter(
+                        torch.from_numpy(np.ascontiguousarray(arr, np.float32)),
+                        requires_grad=False)
+
+        def p(self, layer, tensor):
+            k = _key(layer.name, tensor)
+            return self.tensors[k] if k in self.tensors else None
+
+        def forward(self, x):
+            values = {"input": x}
+            for layer in self.net.layers:
+                ins = [values[i] for i in layer.inputs]
+                values[layer.name] = self.layer(layer, ins)
+            outs = [values[o] for o in self.net.outputs]
+            return outs[0] if len(outs) == 1 else outs
+
+        def layer(self, l, ins):
+            op, a, x = l.op, l.attrs, ins[0]
+            if op == "conv":
+                pt, pl, pb, pr = a["pad"]
+                if (pt, pl) != (pb, pr):
+                    x, pad = F.pad(x, (pl, pr, pt, pb)), (0, 0)
+                else:
+                    pad = (pt, pl)
+                y = F.conv2d(x, self.p(l, "weight"), self.p(l, "bias"), stride=tuple(a["stride"]),
+                             padding=pad, dilation=tuple(a["dilation"]), groups=a["groups"])
+                return apply_act(y, a["act"], a["alpha"])
+            if op == "dense":
+                y = F.linear(x.reshape(x.shape[0], -1), self.p(l, "weight"), self.p(l, "bias"))
+                return apply_act(y, a["act"], a["alpha"]).reshape(x.shape[0], -1, 1, 1)
+            if op == "maxpool":
+                return F.max_pool2d(x, tuple(a["kernel"]), tuple(a["stride"]), tuple(a["pad"]),
+                                    ceil_mode=a["ceil_mode"])
+            if op == "avgpool":
+                return F.avg_pool2d(x, tuple(a["kernel"]), tuple(a["stride"]), tuple(a["pad"]),
+                                    ceil_mode=a["ceil_mode"],
+                                    count_include_pad=a["count_include_pad"])
+            if op == "global_avgpool":
+                return x.mean(dim=(2, 3), keepdim=True)
+            if op in ("relu", "sigmoid", "tanh", "leaky_relu"):
+                return apply_act(x, a["act"], a["alpha"])
+            if op == "softmax":
+                return torch.softmax(x, dim=1)
+            if op == "lrn":
+                return F.local_response_norm(x, a["size"], a["alpha"], a["beta"], a["k"])
+            if op == "concat":
+                return torch.cat(ins, dim=1)
+            if op == "add":
+                y = ins[0]
+                for other in ins[1:]:
+                    y = y + other
+                return apply_act(y, a["act"], a["alpha"])
+            if op == "batchnorm":
+                y = F.batch_norm(x, self.p(l, "mean"), self.p(l, "var"), self.p(l, "gamma"),
+                                 self.p(l, "beta"), training=False, eps=a["eps"])
+                return apply_act(y, a["act"], a["alpha"])
+            if op == "dropout":
+                return x
+            if op == "flatten":
+                return x.reshape(x.shape[0], -1, 1, 1)
+            raise NotImplementedError(f"layer '{l.name}': op {op} has no PyTorch mapping")
+
+    return Net().to(device).eval()
+
+
+def _key(layer, tensor):
+    # ParameterDict keys may not contain '.'
+    return f"{layer}__{tensor}"

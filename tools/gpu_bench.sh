@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# aotconv on the GPU machine: set up NVIDIA OpenCL, the carried wheels and Debian packages,
+# then run `aotconv bench --target h100` phases, writing JSON, markdown and logs under $OUT.
+#
+#   bash tools/gpu_bench.sh [PHASE...]        (default: check notune)
+#
+# Phases (each fits one 10-minute device command; run them as separate commands):
+#   check        set-up and a report of what is there (OpenCL platforms, CLBlast, torch,
+#                cc); about 1 minute with the first install
+#   smoke        two layers and lenet5 end to end, no tuner: a one-minute first try
+#   notune       all 61 layers of the three sets and the three networks end to end, no tuner
+#                (best registered fallback per layer; networks with fallbacks): ~4 minutes
+#   tune-layers  the three sets tuned, each set sharing a budget (ALEX_BUDGET, VGG_BUDGET,
+#                BODA_BUDGET): ~9 minutes
+#   tune-vgg16   VGG-16 batch 1 tuned and built end to end (VGG16_E2E_BUDGET, default 8m):
+#                the "tune the whole of VGG-16 within 10 minutes" figure
+#   tune-e2e     VGG-16 batch 16 and AlexNet batch 128 tuned end to end (E2E_BUDGET each)
+#   all          every phase above in turn (for a machine without the 10-minute limit)
+#
+# Needs, carried into the repository copy: .whl/ (pyopencl, mako, cffi, pycparser,
+# platformdirs, pytools, siphash24, markupsafe, ninja for cp312 manylinux) and .deb/
+# (libclblast1, ocl-icd-libopencl1, ocl-icd-opencl-dev, opencl-c-headers). A step that fails
+# is logged and the rest go on; the bench writes its JSON after every layer, so a phase cut
+# short still leaves what it measured. Tuning records go to $OUT/records-<phase>.jsonl.
+# Afterwards, on the development machine:
+#   aotconv bench --from-json OUT/bench-h100-*.json --out docs/bench-h100-DATE.json
+set -u
+cd "$(dirname "$0")/.."
+REPO=$PWD
+OUT=${OUT:-$REPO/build/gpu-out}
+mkdir -p "$OUT"
+LOG=$OUT/gpu_bench.log
+TARGET=${TARGET:-h100}                   # another target only to try this script elsewhere
+PHASE_LIMIT=${PHASE_LIMIT:-560}          # seconds one phase may take (the command limit is 600)
+SITE=/tmp/aotconv-site
+DEBROOT=/tmp/aotconv-deb
+export PYTHONUNBUFFERED=1
+export AOTCONV_CACHE_DIR=${AOTCONV_CACHE_DIR:-/tmp/aotconv-cache}
+FAILED=()
+
+say() { echo "[gpu_bench $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
+step() {   # step NAME CMD...: run, log, remember failures, never stop the script
+    local name=$1; shift
+    say "== $name"
+    if "$@" >>"$LOG" 2>&1; then say "   ok: $name"; else
+        local rc=$?; say "   FAILED ($rc): $name (see $LOG)"; FAILED+=("$name"); return $rc; fi
+}
+
+# -- set-up (idempotent: a warm machine keeps /tmp between commands) --------------------------
+register_icd() {
+    local lib=libnvidia-opencl.so.1 f
+    if ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-opencl.so.1'; then
+        f=$(find /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/cuda* \
+                 -name 'libnvidia-opencl.so.1' 2>/dev/null | head -n1)
+        if [ -n "$f" ]; then   # its sibling libnvidia-* libraries must resolve as well
+            lib=$f; export LD_LIBRARY_PATH=$(dirname "$f")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        fi
+    fi
+    echo "NVIDIA OpenCL ICD library: $lib"
+    if mkdir -p /etc/OpenCL/vendors 2>/dev/null && echo "$lib" > /etc/OpenCL/vendors/nvidia.icd; then
+        export OCL_ICD_VENDORS=/etc/OpenCL/vendors
+    else                                  # a read-only /etc: point the loaders elsewhere
+        mkdir -p /tmp/OpenCL/vendors && echo "$lib" > /tmp/OpenCL/vendors/nvidia.icd
+        export OCL_ICD_VENDORS=/tmp/OpenCL/vendors
+    fi
+    cat "$OCL_ICD_VENDORS/nvidia.icd"
+}
+
+install_wheels() {
+    ls .whl/*.whl >/dev/null 2>&1 || { echo "no .whl/ here: carry it"; return 1; }
+    if [ -f "$SITE/.ok" ] && cmp -s "$SITE/.ok" <(ls .whl); then echo "already installed"; return 0; fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" .whl/*.whl && ls .whl > "$SITE/.ok"
+}
+
+unpack_debs() {
+    ls .deb/*.deb >/dev/null 2>&1 || { echo "no .deb/ here: carry it"; return 1; }
+    mkdir -p "$DEBROOT"
+    for f in .deb/*.deb; do dpkg -x "$f" "$DEBROOT" || return 1; done
+    ls "$DEBROOT/usr/lib/x86_64-linux-gnu" "$DEBROOT/usr/include/CL" | head -n 20
+}
+
+setup_env() {
+    export PYTHONPATH=$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}
+    local lib=$DEBROOT/usr/lib/x86_64-linux-gnu
+    # CLBlast and the emitted libraries find libOpenCL.so.1 here at run time; cc finds the CL
+    # headers and libOpenCL.so here when ninja builds a network
+    export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export CPATH=$DEBROOT/usr/include${CPATH:+:$CPATH}
+    [ -e "$lib/libclblast.so.1" ] && export AOTCONV_CLBLAST=$lib/libclblast.so.1
+    export PATH=$SITE/bin:$PATH
+    if [ -z "${CC:-}" ]; then
+        for c in cc gcc clang; do command -v $c >/dev/null && { export CC=$c; break; }; done
+    fi
+}
+
+report_env() {
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv || true
+    python3 --version
+    echo "CC=${CC:-none} ($(${CC:-false} --version 2>/dev/null | head -n1))"
+    python3 - <<'EOF'
+import numpy, sys
+print("numpy", numpy.__version__)
+try:
+    import pyopencl as cl
+    for p in cl.get_platforms():
+        print("OpenCL platform:", p.name, "|", p.version, "|",
+              [(d.name, d.driver_version) for d in p.get_devices()])
+except Exception as e:
+    print("pyopencl / OpenCL FAILED:", type(e).__name__, e)
+try:
+    import torch
+    print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
+          torch.cuda.get_device_name(0) if torch.cuda.is_available() else "",
+          "cudnn", torch.backends.cudnn.version())
+except Exception as e:
+    print("torch FAILED:", e)
+from aotconv.benchrefs import clblast
+print("CLBlast:", clblast.available())
+EOF
+    python3 -m aotconv.cli targets
+}
+
+# -- phases ----------------------------------------------------------------------------------
+T0=$(date +%s)
+left() { echo $(( PHASE_LIMIT - ($(date +%s) - PHASE_T0) )); }
+
+bench() {  # bench NAME ARGS...: one `aotconv bench` run with the phase's remaining time
+    local name=$1; shift
+    local budget_s; budget_s=$(left)
+    if [ "$budget_s" -lt 30 ]; then say "skip $name: the phase is out of time"; return 1; fi
+    say "== bench $name (deadline $((budget_s - 25)) s)"
+    timeout -k 10 "$budget_s" \
+        python3 -m aotconv.cli bench --target "$TARGET" --deadline $((budget_s - 25)) \
+            --out "$OUT/bench-$TARGET-$name.json" --workdir /tmp/aotconv-bench "$@" \
+            > >(tee "$OUT/bench-$name.txt") 2> >(tee -a "$LOG" >&2)
+    local rc=$?
+    cp "$AOTCONV_CACHE_DIR/records.jsonl" "$OUT/records-$name.jsonl" 2>/dev/null
+    if [ $rc -ne 0 ]; then say "   bench $name exited $rc"; FAILED+=("bench $name"); fi
+    return 0
+}
+
+run_phase() {
+    PHASE_T0=$(date +%s)
+    case $1 in
+        check) report_env 2>&1 | tee -a "$LOG" ;;
+        smoke)
+            bench smoke --sets vgg16_n1,boda43_n5,e2e --layers 'vgg.conv5_1,boda.13*' \
+                --e2e lenet5:8 --no-tune ;;
+        notune)
+            bench notune-layers --sets alexnet_n128,vgg16_n1,boda43_n5 --no-tune
+            bench notune-e2e --sets e2e --no-tune ;;
+        tune-layers)
+            bench tune-alexnet --sets alexnet_n128 --set-budget "${ALEX_BUDGET:-90s}"
+            bench tune-vgg16-layers --sets vgg16_n1 --set-budget "${VGG_BUDGET:-120s}"
+            bench tune-boda --sets boda43_n5 --set-budget "${BODA_BUDGET:-150s}" ;;
+        tune-vgg16)
+            bench tune-vgg16-e2e --sets e2e --e2e vgg16:1 --e2e-budget "${VGG16_E2E_BUDGET:-7m}" ;;
+        tune-e2e)
+            bench tune-vgg16b16-e2e --sets e2e --e2e vgg16:16 --e2e-budget "${E2E_BUDGET:-200s}"
+            bench tune-alexnet-e2e --sets e2e --e2e alexnet:128 --e2e-budget "${E2E_BUDGET:-200s}" ;;
+        all) for p in check smoke notune tune-layers tune-vgg16 tune-e2e; do run_phase "$p"; done ;;
+        *) say "unknown phase '$1' (check, smoke, notune, tune-layers, tune-vgg16, tune-e2e, all)";
+           FAILED+=("phase $1") ;;
+    esac
+}
+
+say "aotconv GPU bench in $REPO, output $OUT, phases: ${*:-check notune}"
+if [ "$TARGET" = h100 ]; then step "register the NVIDIA OpenCL driver" register_icd; fi
+step "install the carried wheels into $SITE" install_wheels
+step "unpack the carried .deb packages into $DEBROOT" unpack_debs
+setup_env
+for phase in ${@:-check notune}; do run_phase "$phase"; done
+
+# -- the short table ---------------------------------------------------------------------------
+shopt -s nullglob
+results=()
+for f in "$OUT"/bench-"$TARGET"-*.json; do
+    case $f in *-merged.json) ;; *) results+=("$f") ;; esac
+done
+if [ ${#results[@]} -gt 0 ]; then
+    say "== summary of ${#results[@]} result file(s)"
+    python3 -m aotconv.cli bench --from-json "${results[@]}" --out "$OUT/bench-$TARGET-merged.json" \
+        2>>"$LOG" | tee "$OUT/summary.txt" || say "summary FAILED"
+fi
+say "done in $(( $(date +%s) - T0 )) s; failed steps: ${FAILED[*]:-none}"
+exit 0
