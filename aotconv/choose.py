@@ -209,4 +209,4 @@ def space_report(layer, target):
     from .targets import get_target
     if isinstance(target, str):
         target = get_target(target)
-    return report(layer_space(layer, target))
+    return report(layer_space(layer, target, explain=True))

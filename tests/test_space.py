@@ -87,6 +87,13 @@ def test_toy_space_counts_match_an_independent_count():
     assert len(survivors) > 0
 
 
+def test_the_search_s_quick_enumeration_prunes_the_same_points():
+    layer = relu_layer()
+    full = variant_space(layer, Tiles(), SMALL, explain=True)
+    quick = variant_space(layer, Tiles(), SMALL, explain=False)
+    assert quick.points == full.points and quick.first == full.first and quick.alone == {}
+
+
 def test_device_limits_are_applied_to_every_variant():
     layer = relu_layer()
     names = [c.name for c in variant_space(layer, Tiles(), SMALL).constraints]
@@ -102,7 +109,7 @@ def test_eltwise_space_under_a_small_work_group_limit():
     layer = relu_layer()
     big = layer_space(layer, TARGETS["pocl-cpu"])
     assert (big.total, len(big.candidates)) == (16, 16)
-    small = layer_space(layer, replace(TARGETS["pocl-cpu"], max_wg_size=64))
+    small = layer_space(layer, replace(TARGETS["pocl-cpu"], max_wg_size=64), explain=True)
     assert small.total == 16
     assert len(small.candidates) == 8          # WG 128 and 256 pruned, for each of 4 VEC
     part = small.parts[0]
@@ -112,7 +119,7 @@ def test_eltwise_space_under_a_small_work_group_limit():
 
 def test_software_constraint_on_a_tiny_tensor():
     layer = relu_layer((1, 1, 1, 3))           # 3 elements: VEC 4 and 8 only add idle lanes
-    sp = layer_space(layer, TARGETS["pocl-cpu"])
+    sp = layer_space(layer, TARGETS["pocl-cpu"], explain=True)
     assert sp.parts[0].alone["vec_not_wasteful"] == 8
     assert sorted({c.cfg["VEC"] for c in sp.candidates}) == [1, 2]
 
@@ -130,7 +137,7 @@ def test_a_constraint_that_raises_rejects_the_point_and_says_why():
 
 def test_report_text_names_sizes_and_constraints():
     layer = relu_layer()
-    sp = layer_space(layer, replace(TARGETS["pocl-cpu"], max_wg_size=64))
+    sp = layer_space(layer, replace(TARGETS["pocl-cpu"], max_wg_size=64), explain=True)
     text = report(sp)
     assert "variant eltwise: 16 points -> 8 after pruning (8 pruned, 50.0%)" in text
     assert "device.wg_size" in text and "vec_not_wasteful" in text

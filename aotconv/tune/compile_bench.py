@@ -1,16 +1,21 @@
-"""Parallel-compile speed-up: build the same candidate kernels with 1, 2, 4... builder processes.
+"""Parallel-compile speed-up: candidate kernels made ready to run with 1, 2, 4... builders.
 
     python -m aotconv.tune.compile_bench --target pocl-cpu --kernels 24 --jobs 1,2
 
 The candidates are a seeded sample of a benchmark layer's pruned space (all its conv
-variants). Driver kernel caches are switched off (POCL_KERNEL_CACHE=0, CUDA_CACHE_DISABLE=1)
-so that every run compiles for real; builder processes are started and warmed up before the
-clock starts, as they are in a tuning run (the pool lives as long as the run).
+variants). What is timed is what a tuning run waits for before it can launch them: with one
+job, the runner process builds each from source; with N, N builder processes build them in
+parallel and the runner then loads each (from the binary on a GPU, from the kernel cache the
+builders filled on PoCL). Each setting starts with a fresh, empty driver cache
+(POCL_CACHE_DIR, CUDA_CACHE_PATH), and its processes are started and warmed up before the
+clock starts, as they are in a tuning run (they live as long as the run).
 """
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 
@@ -26,14 +31,12 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the numbers as JSON here")
     a = p.parse_args(argv)
-    os.environ["POCL_KERNEL_CACHE"] = "0"
-    os.environ["CUDA_CACHE_DISABLE"] = "1"
 
     import numpy as np
     from ..space import layer_space
     from ..targets import get_target, find_device, with_limits
     from ..variants import BY_NAME
-    from .measure import Measurer
+    from .measure import Measurer, load_program, build_binary
     from .study import benchmark_layers, conv_layer
 
     target = get_target(a.target)
@@ -50,20 +53,37 @@ def main(argv=None):
     jobs = [int(j) for j in a.jobs.split(",")] if a.jobs else \
         [j for j in (1, 2, 4, 8, 16, 32) if j <= cores]
     rows = []
+    warm = "__kernel void w(__global float* x) { x[get_global_id(0)] = 1.0f; }"
     for j in jobs:
-        m = Measurer(live, jobs=max(j, 2))
-        m._nbuilders = j                       # 1 = one builder process, no parallelism
+        cache = tempfile.mkdtemp(prefix="aotconv-bench-cache-")
+        os.environ["POCL_CACHE_DIR"] = os.environ["CUDA_CACHE_PATH"] = cache
+        m = Measurer(live, jobs=j)
+        runner = m.runner
+        runner.call(load_program, (live, warm, None, m.options), 600)
         pool = m._builder_pool()
-        warm = "__kernel void w(__global float* x) { x[get_global_id(0)] = 1.0f; }"
-        list(pool.map(m._build, [warm] * j))
+        if pool:                               # start every builder before the clock
+            for w in list(m.builders.queue):
+                w.call(build_binary, (live, warm, m.options, False), 600)
         t0 = time.perf_counter()
-        res = list(pool.map(m._build, sources))
+        if pool:
+            res = list(pool.map(m._build, sources))
+            failed = sum(r[0] != "ok" for r in res)
+            for src, r in zip(sources, res):
+                if r[0] == "ok":
+                    runner.call(load_program, (live, src, r[1], m.options), 600)
+        else:
+            failed = 0
+            for src in sources:
+                try:
+                    runner.call(load_program, (live, src, None, m.options), 600)
+                except RuntimeError:
+                    failed += 1
         dt = time.perf_counter() - t0
         m.close()
-        failed = sum(r[0] != "ok" for r in res)
+        shutil.rmtree(cache, ignore_errors=True)
         rows.append({"jobs": j, "kernels": len(sources), "seconds": round(dt, 2),
                      "per_kernel_s": round(dt / len(sources), 3), "failed": failed})
-        print(f"jobs {j:2d}: {len(sources)} kernels in {dt:7.2f} s "
+        print(f"jobs {j:2d}: {len(sources)} kernels ready in {dt:7.2f} s "
               f"({dt / len(sources):.3f} s each, speed-up "
               f"{rows[0]['seconds'] / dt:.2f}x){' ' + str(failed) + ' failed' if failed else ''}",
               flush=True)

@@ -11,7 +11,8 @@ values); nothing a candidate does escapes as an exception:
     pruned         a constraint rejected the point (written by the search, never measured)
 
 Processes: `jobs` builder processes compile OpenCL sources to program binaries in parallel
-(pyopencl objects do not pickle, so sources go in and binaries come out); one runner process
+(pyopencl objects do not pickle, so sources go in and binaries come out; on PoCL the builds
+fill its kernel cache instead, which the runner's rebuild hits); one runner process
 owns the device context, loads each binary, runs the candidate on fresh random data, checks it
 against reference.forward (float64, harness.close) and times it with profiling events: warm-up,
 then repeats until about `min_total_ms`, each repeat on a different copy of the buffers so a
@@ -20,7 +21,7 @@ with a deadline and kills a process that overstays it, so a hung kernel costs `t
 On a CPU device builds finish before timing starts (they would steal the cores being timed);
 on a GPU they overlap.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 import math
 import multiprocessing
@@ -233,8 +234,12 @@ def _quiet_cl():
     warnings.simplefilter("ignore")
 
 
-def build_binary(tick, target, source, options):
-    """Builder: compile `source`; ("ok", binary, seconds) or ("fail", log, seconds)."""
+def build_binary(tick, target, source, options, binary=True):
+    """Builder: compile `source`; ("ok", binary or None, seconds) or ("fail", log, seconds).
+
+    Without `binary` the build only fills the driver's kernel cache (PoCL's kcache), which the
+    runner's rebuild from source then hits: PoCL makes a binary by compiling every kernel to
+    native code, several times slower than the build itself."""
     import pyopencl as cl
     _quiet_cl()
     ctx, _, dev = _context(target)
@@ -243,7 +248,20 @@ def build_binary(tick, target, source, options):
         prog = cl.Program(ctx, source).build(options=list(options))
     except cl.Error as e:
         return "fail", str(e)[:MAX_LOG], time.perf_counter() - t0
-    return "ok", bytes(prog.binaries[0]), time.perf_counter() - t0
+    return "ok", bytes(prog.binaries[0]) if binary else None, time.perf_counter() - t0
+
+
+def load_program(tick, target, source, binary, options):
+    """Runner-side program load (the compile benchmark): seconds to a built program."""
+    import pyopencl as cl
+    _quiet_cl()
+    ctx, _, dev = _context(target)
+    t0 = time.perf_counter()
+    if binary is not None:
+        cl.Program(ctx, [dev], [binary]).build(options=list(options))
+    else:
+        cl.Program(ctx, source).build(options=list(options))
+    return time.perf_counter() - t0
 
 
 def _data(layer, seed):
@@ -351,7 +369,8 @@ class Measurer:
     """Measures candidates of any layer on `target`'s device (present on this machine)."""
 
     def __init__(self, target, jobs=None, timeout_s=20.0, build_timeout_s=300.0, seed=0,
-                 min_total_ms=20.0, repeats=(5, 30), options=None, overlap=None):
+                 min_total_ms=20.0, repeats=(5, 30), options=None, overlap=None,
+                 binaries=None):
         from ..harness import BUILD_OPTIONS
         self.target = target
         self.jobs = max(0, os.cpu_count() or 1) if jobs is None else int(jobs)
@@ -359,6 +378,8 @@ class Measurer:
         self.seed, self.min_total_ms, self.repeats = seed, min_total_ms, tuple(repeats)
         self.options = tuple(options if options is not None else BUILD_OPTIONS)
         self.overlap = (target.kind == "gpu") if overlap is None else overlap
+        # GPUs hand back their binary (PTX...) for free; PoCL shares a kernel cache instead
+        self.binaries = (target.kind == "gpu") if binaries is None else binaries
         self.runner = Worker()
         self.builders = queue.Queue()
         self._nbuilders = self.jobs if self.jobs >= 2 else 0
@@ -378,7 +399,7 @@ class Measurer:
         try:
             t0 = time.perf_counter()
             try:
-                res = w.call(build_binary, (self.target, source, self.options),
+                res = w.call(build_binary, (self.target, source, self.options, self.binaries),
                              self.build_timeout_s)
             except _TimedOut:
                 return "timeout", f"the compiler ran past {self.build_timeout_s:g} s", None
@@ -434,7 +455,7 @@ class Measurer:
                 return Outcome(Status.BUILD_FAILED, message=value, build_s=build_s)
             if kind == "timeout":
                 return Outcome(Status.TIMED_OUT, message=value)
-            job.binary = value
+            job.binary = value              # None: the runner rebuilds from the warm cache
         try:
             o = self.runner.call(run_candidate, (self.target, job), self.timeout_s)
         except _TimedOut:
@@ -449,8 +470,8 @@ class Measurer:
                            build_s=build_s)
         if o.status == Status.LAUNCH_FAILED:
             self.runner.kill()        # a failed launch may leave the context unusable
-        if build_s is not None and o.build_s is None:
-            o = Outcome(o.status, o.time_ms, o.times, o.error, o.message, build_s)
+        if build_s is not None:                  # the builder's compile, not the reload
+            o = replace(o, build_s=build_s)
         return o
 
     def close(self):
