@@ -13,7 +13,7 @@ Domain: 1x1 kernels with stride 1 and no padding, any dilation (it has no effect
 kernel) and any groups; NCHW in and out.
 """
 from .base import Variant, Knob, Constraint, Launch, In, Out, Param, ceil_div, round_up
-from .conv_igemm import conv_sizes, first_valid, pow2_at_least
+from .conv_igemm import conv_sizes, first_valid, pow2_at_least, simd_groups_ok, thread_dims
 
 
 def _dims(layer):
@@ -40,11 +40,19 @@ def _enough_work_groups(layer, c, t):
     return ceil_div(m, mblk) * ceil_div(n, nblk) * layer.attrs["groups"] >= want
 
 
-_FALLBACKS = [dict(MT=mt, NT=nt, MB=mb, NB=nb, KB=kb, VW=vw)
-              for mt, nt, mb, nb, kb, vw in (
-                  (4, 8, 16, 16, 16, 4), (4, 4, 16, 16, 16, 4), (4, 4, 16, 16, 16, 1),
-                  (2, 4, 8, 16, 16, 4), (2, 4, 8, 16, 16, 1), (4, 2, 16, 8, 16, 2),
-                  (4, 2, 16, 8, 16, 1), (2, 2, 8, 8, 8, 2), (2, 2, 8, 8, 8, 1), (1, 1, 8, 8, 4, 1))]
+def _fallbacks(*rows):
+    return [dict(zip(("MT", "NT", "MB", "NB", "KB", "VW"), r)) for r in rows]
+
+
+# Preferred fallback points; the last of each list is valid for every supported layer.
+_FALLBACKS = {
+    "gpu": _fallbacks((4, 8, 16, 16, 16, 4), (4, 4, 16, 16, 16, 4), (4, 4, 16, 16, 16, 1),
+                      (2, 4, 8, 16, 16, 4), (2, 4, 8, 16, 16, 1), (4, 2, 16, 8, 16, 2),
+                      (4, 2, 16, 8, 16, 1), (2, 2, 8, 8, 8, 2), (2, 2, 8, 8, 8, 1),
+                      (1, 1, 8, 8, 4, 1)),
+    "cpu": _fallbacks((8, 8, 2, 2, 16, 4), (4, 8, 2, 2, 16, 4), (4, 4, 2, 2, 8, 4),
+                      (4, 4, 2, 2, 8, 2), (4, 4, 2, 2, 8, 1), (4, 4, 1, 1, 4, 1)),
+}
 
 
 class Conv1x1(Variant):
@@ -72,8 +80,9 @@ class Conv1x1(Variant):
                    "more than 128 accumulators per work-item spill on every compiler we target",
                    lambda l, c, t: c["MT"] * c["NT"] <= 128),
         Constraint("whole_simd_groups", "hardware",
-                   "a work-group that is not a whole number of SIMD groups leaves lanes idle",
-                   lambda l, c, t: _wg(c) % min(t.simd_width, 64) == 0),
+                   "on a GPU, a work-group that is not a whole number of SIMD groups leaves lanes "
+                   "idle",
+                   lambda l, c, t: simd_groups_ok(_wg(c), t)),
         Constraint("enough_work_groups", "hardware",
                    "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute unit "
                    "when the layer has enough 64x64 tiles to give them",
@@ -96,13 +105,14 @@ class Conv1x1(Variant):
     def knobs(self, layer, target):
         return [Knob("MT", (4, 8, 2, 1), "outputs per work-item along M (register block)"),
                 Knob("NT", (4, 8, 2, 1), "outputs per work-item along N (register block)"),
-                Knob("MB", (16, 8, 32, 4), "work-items along M (thread block)"),
-                Knob("NB", (16, 8, 32, 4), "work-items along N (thread block)"),
+                Knob("MB", thread_dims(target), "work-items along M (thread block)"),
+                Knob("NB", thread_dims(target), "work-items along N (thread block)"),
                 Knob("KB", (16, 8, 32, 4), "input channels per local-memory step (unrolled)"),
                 Knob("VW", (4, 2, 1), "vector width of input loads, local reads and stores")]
 
     def fallback(self, layer, target):
-        return first_valid(self, layer, target, _FALLBACKS)
+        return first_valid(self, layer, target,
+                           _FALLBACKS["gpu" if target.kind == "gpu" else "cpu"])
 
     def local_mem_bytes(self, layer, cfg):
         mblk, nblk = _tile(cfg)

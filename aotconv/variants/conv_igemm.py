@@ -59,14 +59,20 @@ def first_valid(variant, layer, target, points):
     """The first of `points` (dicts) that passes the variant's constraints and the device limits
     aotconv.space adds, so that the fallback is never pruned."""
     from ..space import device_constraints          # space imports the registry: import late
-    names = [k.name for k in variant.knobs(layer, target)]
+    knobs = variant.knobs(layer, target)
     cons = list(variant.constraints) + device_constraints(variant, target)
     for p in points:
-        cfg = Config(tuple((n, p[n]) for n in names))
+        if any(p[k.name] not in k.values for k in knobs):
+            continue
+        cfg = Config(tuple((k.name, p[k.name]) for k in knobs))
         if all(c.check(layer, cfg, target) for c in cons):
             return cfg
     raise AssertionError(f"{variant.name}: no fallback point is valid for layer {layer.name} "
                          f"on {target.name}")
+
+
+def _kind(target):
+    return "gpu" if target.kind == "gpu" else "cpu"
 
 
 def _wg(c):
@@ -120,16 +126,34 @@ def _enough_work_groups(layer, c, t):
     return _work_groups(layer, c) >= want
 
 
-# Preferred fallback points, big tiles first; the last is valid for every layer and every
-# target with >= 64 work-items per work-group and 2 KiB of local memory.
-_FALLBACKS = [dict(MDIM=md, NDIM=nd, MBLK=mb, NBLK=nb, KBLK=kb, VW=vw, UNROLL=0, LPAD=0, DBUF=1,
-                   LAYOUT="NCHW")
-              for md, nd, mb, nb, kb, vw in (
-                  (16, 16, 128, 128, 16, 4), (16, 16, 64, 128, 16, 4), (16, 16, 128, 64, 16, 4),
-                  (16, 16, 64, 64, 16, 4), (8, 16, 32, 64, 16, 4), (16, 8, 64, 32, 16, 4),
-                  (8, 16, 16, 64, 16, 2), (16, 8, 64, 16, 16, 2), (8, 8, 32, 32, 16, 4),
-                  (8, 8, 16, 32, 16, 2), (8, 8, 32, 16, 16, 2), (8, 8, 16, 16, 16, 2),
-                  (8, 8, 16, 16, 8, 1))]
+def simd_groups_ok(wg, target):
+    """GPUs run work-items in SIMD groups (warps, wavefronts) that a work-group should fill;
+    PoCL's CPU device runs a work-group's items in a loop, so small groups are fine there."""
+    return target.kind != "gpu" or wg % min(target.simd_width, 64) == 0
+
+
+def thread_dims(target):
+    """Work-items per work-group dimension: GPUs want 64-1024 work-items; on a CPU (PoCL) a
+    work-group is a loop and 1-64 work-items with big register blocks do best."""
+    return (16, 8, 32, 4) if target.kind == "gpu" else (2, 4, 1, 8)
+
+
+def _fallbacks(*rows, **fixed):
+    return [dict(zip(("MDIM", "NDIM", "MBLK", "NBLK", "KBLK", "VW"), r), **fixed) for r in rows]
+
+
+# Preferred fallback points, big tiles first; the last of each list is valid for every layer
+# (and, for the GPU list, every target with >= 64 work-items and 2 KiB of local memory).
+_FALLBACKS = {
+    "gpu": _fallbacks((16, 16, 128, 128, 16, 4), (16, 16, 64, 128, 16, 4), (16, 16, 128, 64, 16, 4),
+                      (16, 16, 64, 64, 16, 4), (8, 16, 32, 64, 16, 4), (16, 8, 64, 32, 16, 4),
+                      (8, 16, 16, 64, 16, 2), (16, 8, 64, 16, 16, 2), (8, 8, 32, 32, 16, 4),
+                      (8, 8, 16, 32, 16, 2), (8, 8, 32, 16, 16, 2), (8, 8, 16, 16, 16, 2),
+                      (8, 8, 16, 16, 8, 1), UNROLL=0, LPAD=0, DBUF=1, LAYOUT="NCHW"),
+    "cpu": _fallbacks((2, 2, 16, 32, 8, 4), (2, 2, 32, 16, 8, 4), (2, 2, 16, 16, 8, 4),
+                      (2, 2, 16, 16, 8, 2), (2, 2, 16, 16, 8, 1),
+                      UNROLL=0, LPAD=0, DBUF=0, LAYOUT="NCHW"),
+}
 
 
 class ConvIgemm(Variant):
@@ -175,9 +199,9 @@ class ConvIgemm(Variant):
                    "more than 128 accumulators per work-item spill on every compiler we target",
                    lambda l, c, t: (c["MBLK"] // c["MDIM"]) * (c["NBLK"] // c["NDIM"]) <= 128),
         Constraint("whole_simd_groups", "hardware",
-                   "a work-group that is not a whole number of SIMD groups (warps) leaves lanes "
-                   "idle",
-                   lambda l, c, t: _wg(c) % min(t.simd_width, 64) == 0),
+                   "on a GPU, a work-group that is not a whole number of SIMD groups (warps) "
+                   "leaves lanes idle",
+                   lambda l, c, t: simd_groups_ok(_wg(c), t)),
         Constraint("enough_work_groups", "hardware",
                    "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute unit "
                    "when the layer has enough 64x64 tiles to give them",
@@ -195,8 +219,9 @@ class ConvIgemm(Variant):
 
     # -- space ---------------------------------------------------------------------------------
     def knobs(self, layer, target):
-        return [Knob("MDIM", (16, 8, 32, 4), "work-items along M (output channels)"),
-                Knob("NDIM", (16, 8, 32, 4), "work-items along N (output pixels)"),
+        dims = thread_dims(target)
+        return [Knob("MDIM", dims, "work-items along M (output channels)"),
+                Knob("NDIM", dims, "work-items along N (output pixels)"),
                 Knob("MBLK", (64, 128, 32, 16), "tile in M per work-group"),
                 Knob("NBLK", (64, 128, 32, 16), "tile in N per work-group"),
                 Knob("KBLK", (16, 8, 32), "reduction step held in local memory"),
@@ -208,7 +233,7 @@ class ConvIgemm(Variant):
                 Knob("LAYOUT", LAYOUTS, "layout of the input read and the output written")]
 
     def fallback(self, layer, target):
-        return first_valid(self, layer, target, _FALLBACKS)
+        return first_valid(self, layer, target, _FALLBACKS[_kind(target)])
 
     def local_mem_bytes(self, layer, cfg):
         c = cfg

@@ -14,7 +14,7 @@ Domain: every convolution (any kernel, stride, asymmetric pad, dilation, groups)
 out.
 """
 from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, ceil_div, round_up
-from .conv_igemm import conv_sizes, first_valid, pow2_at_least
+from .conv_igemm import conv_sizes, first_valid, pow2_at_least, simd_groups_ok
 
 # Straight-line code budget: above this many multiply-adds per input channel the filter-row
 # loop stays a (non-unrolled) loop and only the taps of one row are emitted.
@@ -86,8 +86,9 @@ class ConvTiled(Variant):
                    "global",
                    lambda l, c, t: not c["WCONST"] or 4 * _packed(l, c) <= CONSTANT_BYTES),
         Constraint("whole_simd_groups", "hardware",
-                   "a work-group that is not a whole number of SIMD groups leaves lanes idle",
-                   lambda l, c, t: c["WG"] % min(t.simd_width, 64) == 0),
+                   "on a GPU, a work-group that is not a whole number of SIMD groups leaves lanes "
+                   "idle",
+                   lambda l, c, t: simd_groups_ok(c["WG"], t)),
         Constraint("enough_work_groups", "hardware",
                    "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute unit "
                    "when the layer is large enough to give them",

@@ -100,12 +100,12 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
 % endif
     }
 
-    float acc[MT][NT];
+    floatV acc[MT][NT / VW];          // acc[i][j]: row i*MB + tm, columns (j*NB + tn)*VW + 0..VW-1
     #pragma unroll
     for (int i = 0; i < MT; ++i)
         #pragma unroll
-        for (int j = 0; j < NT; ++j)
-            acc[i][j] = 0.0f;
+        for (int j = 0; j < NT / VW; ++j)
+            acc[i][j] = (floatV)(0.0f);
 
     for (int ks = 0; ks < KSTEPS; ++ks) {
         const int k0 = ks * KB;
@@ -137,22 +137,19 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
 
         #pragma unroll
         for (int kk = 0; kk < KB; ++kk) {
-            float am[MT], bn[NT];
+            float am[MT];
+            floatV bv[NT / VW];
             #pragma unroll
             for (int i = 0; i < MT; ++i)
                 am[i] = Al[kk * LDA + i * MB + tm];
             #pragma unroll
-            for (int j = 0; j < NT / VW; ++j) {
-                const floatV v = *(__local const floatV*)(Bl + kk * LDB + (j * NB + tn) * VW);
-% for v in range(VW):
-                bn[j * VW + ${v}] = v${comp(VW, v)};
-% endfor
-            }
+            for (int j = 0; j < NT / VW; ++j)
+                bv[j] = *(__local const floatV*)(Bl + kk * LDB + (j * NB + tn) * VW);
             #pragma unroll
             for (int i = 0; i < MT; ++i)
                 #pragma unroll
-                for (int j = 0; j < NT; ++j)
-                    acc[i][j] = mad(am[i], bn[j], acc[i][j]);
+                for (int j = 0; j < NT / VW; ++j)
+                    acc[i][j] = mad((floatV)(am[i]), bv[j], acc[i][j]);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -176,13 +173,11 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
                 continue;
 % endif
             __global float* const yo = y + (n / HW * K + g * KG + m) * HW + n % HW;
-% for v in range(VW):
-            const float s${v} = ${c.act(act, alpha, "acc[i][j * VW + %d]%s" % (v, " + b" if has_bias else ""))};
-% endfor
+            const floatV s = acc[i][j]${" + b" if has_bias else ""};
 % if VW > 1:
-            *(__global floatV*)yo = (floatV)(${", ".join("s%d" % v for v in range(VW))});
+            *(__global floatV*)yo = (floatV)(${", ".join(capture(c.act, act, alpha, "s" + comp(VW, v)).strip() for v in range(VW))});
 % else:
-            *yo = s0;
+            *yo = ${c.act(act, alpha, "s")};
 % endif
         }
     }

@@ -183,7 +183,8 @@ for (int t = 0; t < BROWS; ++t) {
     __local const float* const bs = Bbuf + (${buf}) * B_SIZE + tn * VW;
     #pragma unroll ${"" if UNROLL == 0 else UNROLL}
     for (int kk = 0; kk < KBLK; ++kk) {
-        float am[MTHD], bn[NTHD];
+        float am[MTHD];
+        floatV bv[NTHD / VW];
         #pragma unroll
         for (int i = 0; i < MTHD / VW; ++i) {
             const floatV v = *(__local const floatV*)(as + kk * LDA + i * (MDIM * VW));
@@ -192,21 +193,17 @@ for (int t = 0; t < BROWS; ++t) {
 % endfor
         }
         #pragma unroll
-        for (int j = 0; j < NTHD / VW; ++j) {
+        for (int j = 0; j < NTHD / VW; ++j)
 % if LDB % VW == 0:
-            const floatV v = *(__local const floatV*)(bs + kk * LDB + j * (NDIM * VW));
+            bv[j] = *(__local const floatV*)(bs + kk * LDB + j * (NDIM * VW));
 % else:
-            const floatV v = vload${VW}(0, bs + kk * LDB + j * (NDIM * VW));
+            bv[j] = vload${VW}(0, bs + kk * LDB + j * (NDIM * VW));
 % endif
-% for v in range(VW):
-            bn[j * VW + ${v}] = v${comp(VW, v)};
-% endfor
-        }
         #pragma unroll
         for (int i = 0; i < MTHD; ++i)
             #pragma unroll
-            for (int j = 0; j < NTHD; ++j)
-                acc[i][j] = mad(am[i], bn[j], acc[i][j]);
+            for (int j = 0; j < NTHD / VW; ++j)
+                acc[i][j] = mad((floatV)(am[i]), bv[j], acc[i][j]);
     }
 }
 </%def>\
@@ -271,12 +268,12 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
 % endif
     }
 
-    float acc[MTHD][NTHD];
+    floatV acc[MTHD][NTHD / VW];      // acc[i][j] holds columns (j*NDIM + tn)*VW + 0..VW-1
     #pragma unroll
     for (int i = 0; i < MTHD; ++i)
         #pragma unroll
-        for (int j = 0; j < NTHD; ++j)
-            acc[i][j] = 0.0f;
+        for (int j = 0; j < NTHD / VW; ++j)
+            acc[i][j] = (floatV)(0.0f);
     floatV pa[A_ITERS];               // the next tile, on its way to local memory
     float pb[BROWS][BCOLS];
 
@@ -338,36 +335,40 @@ ${indent(capture(multiply, "0"), 8)}\
             if (m >= KG)
                 continue;
 %   endif
-%   for v in range(VW):
-            const float s${v} = ${c.act(attrs["act"], attrs["alpha"], "acc[i][j * VW + %d] + bm[i]" % v)};
-%   endfor
-            *(__global floatV*)(yo + m * Y_SC) = (floatV)(${", ".join("s%d" % v for v in range(VW))});
+            const floatV s = acc[i][j] + bm[i];
+            *(__global floatV*)(yo + m * Y_SC) = (floatV)(${", ".join(capture(c.act, attrs["act"], attrs["alpha"], "s" + comp(VW, v)).strip() for v in range(VW))});
         }
     }
 % else:
     #pragma unroll
-    for (int j = 0; j < NTHD; ++j) {
-        const int n = n0 + (j / VW * NDIM + tn) * VW + j % VW;
-%   if NCHK:
-        if (n >= NPQ)
-            continue;
-%   endif
-%   if BATCH_FAST:
-        const int img = n % BATCH, pq = n / BATCH;
-%   else:
-        const int img = n / (P * Q), pq = n % (P * Q);
-%   endif
-        __global float* const yo = y + img * Y_SN + g * KG * Y_SC + pq / Q * Y_SH + pq % Q * Y_SW;
-        #pragma unroll
-        for (int i = 0; i < MTHD; ++i) {
-            const int m = m0 + (i / VW * MDIM + tm) * VW + i % VW;
-%   if MCHK:
-            if (m >= KG)
-                continue;
-%   endif
-            const float s = acc[i][j] + bm[i];
-            yo[m * Y_SC] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+    for (int j = 0; j < NTHD / VW; ++j) {
+%   for v in range(VW):
+        {
+            const int n = n0 + (j * NDIM + tn) * VW + ${v};
+%     if NCHK:
+            if (n < NPQ) {
+%     else:
+            {
+%     endif
+%     if BATCH_FAST:
+                const int img = n % BATCH, pq = n / BATCH;
+%     else:
+                const int img = n / (P * Q), pq = n % (P * Q);
+%     endif
+                __global float* const yo = y + img * Y_SN + g * KG * Y_SC + pq / Q * Y_SH + pq % Q * Y_SW;
+                #pragma unroll
+                for (int i = 0; i < MTHD; ++i) {
+                    const int m = m0 + (i / VW * MDIM + tm) * VW + i % VW;
+%     if MCHK:
+                    if (m >= KG)
+                        continue;
+%     endif
+                    const float s = acc[i][j]${comp(VW, v)} + bm[i];
+                    yo[m * Y_SC] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+                }
+            }
         }
+%   endfor
     }
 % endif
 }

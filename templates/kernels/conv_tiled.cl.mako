@@ -5,6 +5,18 @@ def vtype(w):
 
 def comp(w, i):
     return "" if w == 1 else ".s%x" % i
+
+def indent(text, n):
+    pad = " " * n
+    return "".join(pad + l if l.strip() else l for l in text.splitlines(True))
+
+def plus(base, r, k, c=0):
+    """base + r * k + c as code, folded where the filter row r is a constant."""
+    if isinstance(r, int):
+        v = r * k + c
+        return base if v == 0 and base else ("%s + %d" % (base, v) if base else str(v))
+    e = "%s + %s * %d" % (base, r, k) if base else "%s * %d" % (r, k)
+    return e + (" + %d" % c if c else "")
 %>\
 <%
     wmem = "__constant" if WCONST else "__global"
@@ -63,42 +75,42 @@ void ${prefix}_pack(__global const float* restrict w, __global float* restrict w
     wp[i] = k < KG ? w[((g * KG + k) * CG + c) * (R * S) + rs] : 0.0f;
 }
 <%def name="filter_row(r, guarded)">\
+## r: the filter row, an int (unrolled) or the loop variable "r"; the input columns this
+## work-item's windows read in that row become registers x<i>, the taps are straight-line code
 % if guarded:
-            if ((uint)(ih0 + ${r} * DH) < (uint)H) {
+if ((uint)(${plus('ih0', r, DH)}) < (uint)H) {
 % else:
-            {
+{
 % endif
-                const int xr = xo + ${r} * (DH * W);
+    const int xr = ${plus('xo', r, DH * W)};
 <% i = 0 %>\
 % while i < SPAN:
 %   if i in VEC_AT:
-                const ${vtype(VW)} v${i} = vload${VW}(0, x + xr + ${i});
+    const ${vtype(VW)} v${i} = vload${VW}(0, x + xr + ${i});
 %     for v in range(VW):
-                const float x${i + v} = v${i}${comp(VW, v)};
+    const float x${i + v} = v${i}${comp(VW, v)};
 %     endfor
 <% i += VW %>\
 %   else:
-%     if i in GUARD_COL:
-%       if GUARD_COL[i]:
-                const float x${i} = (uint)(iw0 + ${i}) < (uint)W ? x[xr + ${i}] : 0.0f;
-%       else:
-                const float x${i} = x[xr + ${i}];
-%       endif
+%     if i in GUARD_COL and GUARD_COL[i]:
+    const float x${i} = (uint)(iw0 + ${i}) < (uint)W ? x[xr + ${i}] : 0.0f;
+%     elif i in GUARD_COL:
+    const float x${i} = x[xr + ${i}];
 %     endif
 <% i += 1 %>\
 %   endif
 % endwhile
 % for s in range(S):
-                {
-                    const ${wt} w = wc[${r} * S + ${s}];
+    {
+        const ${wt} w = wc[${plus('', r, S, s)}];
 %   for qq in range(QT):
 %     for kt in range(KT):
-                    acc[${kt}][${qq}] = mad(w${comp(KT, kt)}, x${qq * SW + s * DW}, acc[${kt}][${qq}]);
+        acc[${kt}][${qq}] = mad(w${comp(KT, kt)}, x${qq * SW + s * DW}, acc[${kt}][${qq}]);
 %     endfor
 %   endfor
-                }
+    }
 % endfor
-            }
+}
 </%def>\
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -131,13 +143,13 @@ void ${prefix}(__global const float* restrict x, ${wmem} const float* ${"" if WC
     for (int c = 0; c < CG; ++c, xo += H * W, wc += R * S) {
 % if UNROLL_R:
 %   for r in range(R):
-        // filter row ${r}
-${filter_row(str(r), GUARD_ROW[r])}\
+        // filter row ${r}${" (may fall into the padding)" if GUARD_ROW[r] else ""}
+${indent(capture(filter_row, r, GUARD_ROW[r]), 8)}\
 %   endfor
 % else:
         #pragma unroll 1
         for (int r = 0; r < R; ++r) {
-${filter_row("r", any(GUARD_ROW))}\
+${indent(capture(filter_row, "r", any(GUARD_ROW)), 12)}\
         }
 % endif
     }
