@@ -105,10 +105,11 @@ class VariantSpace:
     first: dict                     # constraint name -> points it was first to reject
     alone: dict                     # constraint name -> points violating it
     errors: dict = field(default_factory=dict)   # constraint name -> first exception text
+    enumerated: bool = True         # False: `points` are only those checked one by one
 
     @property
     def pruned(self):
-        return self.total - len(self.points)
+        return self.total - len(self.points) if self.enumerated else 0
 
 
 def variant_space(layer, variant, target, explain=True):
@@ -143,6 +144,38 @@ def variant_space(layer, variant, target, explain=True):
             points.append(cfg)
     return VariantSpace(variant, list(variant.knobs(layer, target)), total, points, cons,
                         first, alone if explain else {}, errors)
+
+
+def point_ok(layer, variant, cfg, target):
+    """Is `cfg` a point of `variant`'s pruned space? (One point, without enumerating.)"""
+    knobs = variant.knobs(layer, target)
+    if [k for k, _ in cfg.items] != [k.name for k in knobs]:
+        return False
+    if any(v not in k.values for (_, v), k in zip(cfg.items, knobs)):
+        return False
+    for c in list(variant.constraints) + device_constraints(variant, target):
+        try:
+            if not c.check(layer, cfg, target):
+                return False
+        except Exception:
+            return False
+    return True
+
+
+def checked_space(layer, target, cfgs):
+    """A LayerSpace of given points only ({variant name: [Config]}), each checked with
+    point_ok: what records-only choices need, in milliseconds instead of an enumeration."""
+    parts = []
+    for v in VARIANTS:
+        if v.supports(layer) is not None:
+            continue
+        knobs = list(v.knobs(layer, target))
+        total = 1
+        for k in knobs:
+            total *= len(k.values)
+        pts = [c for c in cfgs.get(v.name, ()) if point_ok(layer, v, c, target)]
+        parts.append(VariantSpace(v, knobs, total, pts, [], {}, {}, enumerated=False))
+    return LayerSpace(layer, target, parts, [])
 
 
 # -- a layer's space --------------------------------------------------------------------------

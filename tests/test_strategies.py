@@ -106,3 +106,25 @@ def test_strategy_names_and_options_are_checked():
         parse("annealing:temperature=3")
     with pytest.raises(AotconvError, match="needs a int"):
         parse("pso:S=many")
+
+
+def test_report_figures_from_a_recorded_log(rec, tmp_path):
+    """BEAST's Fig. 7 (every valid candidate of a layer) and a roofline, from the log's times."""
+    pytest.importorskip("matplotlib")
+    from aotconv.choose import Choice, Stats
+    from aotconv.graph import Network
+    from aotconv.report_plots import histogram_png, roofline_png
+    from aotconv.targets import TARGETS
+    i = int(np.argmin(rec.costs))
+    valid = tuple(float(t) for t in rec.valid)
+    st = Stats(space=len(rec.grid), tried=len(rec.grid), ok=len(valid), times=valid,
+               fallback_ms=float(rec.costs[rec.grid.index[rec.fallback]]), flops=2 * 32 * 49 * 288,
+               bytes=4 * (2 * 32 * 49 + 32 * 288), layers=("c1", "c2"))
+    c = Choice(rec.grid.points[i].variant, rec.grid.points[i].cfg, rec.best, "tuned", st)
+    choices = {"c1": c, "c2": c, "fc": Choice("dense_direct", c.cfg, None, "fallback", Stats())}
+    h = histogram_png(choices, tmp_path / "hist.png")
+    r = roofline_png(Network("n", (1, 32, 7, 7), [], []), choices, TARGETS["pocl-cpu"],
+                     tmp_path / "roof.png")
+    for p in (h, r):
+        assert p is not None and p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
+    assert histogram_png({"fc": choices["fc"]}, tmp_path / "none.png") is None

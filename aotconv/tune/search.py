@@ -121,12 +121,14 @@ class LayerResult:
 def fallback_candidate(layer, target, space=None):
     """The first variant's fallback valid under `target`'s limits; failing that another
     variant's, failing that the first surviving point of any space."""
+    from ..space import point_ok
+    from ..variants import for_layer
+    variants = [p.variant for p in space.parts] if space is not None else for_layer(layer)
+    for v in variants:                           # the usual case: no enumeration needed
+        cfg = v.fallback(layer, target)
+        if point_ok(layer, v, cfg, target):
+            return Candidate(v.name, cfg)
     space = space or layer_space(layer, target)
-    pts = {(p.variant.name, c) for p in space.parts for c in p.points}
-    for p in space.parts:
-        cfg = p.variant.fallback(layer, target)
-        if (p.variant.name, cfg) in pts:
-            return Candidate(p.variant.name, cfg)
     for p in space.parts:
         if p.points:
             return Candidate(p.variant.name, p.points[0])
@@ -241,11 +243,16 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
 
 
 def records_only(groups, target, store, device=None):
-    """{signature: LayerResult} from records alone (no device needed)."""
+    """{signature: LayerResult} from records alone (no device needed). The recorded points
+    are checked one by one against the current constraints and limits, not enumerated."""
+    from ..space import checked_space
+    from ..variants import for_layer
     results = {}
     for g in groups:
-        sp = layer_space(g[0], target)
-        outcomes = known_outcomes(sp, store, target, device)
+        recs = {v.name: store.lookup(Key(g[0], v, target, device)) for v in for_layer(g[0])}
+        sp = checked_space(g[0], target, {n: list(r) for n, r in recs.items()})
+        outcomes = {Candidate(p.variant.name, c): recs[p.variant.name][c]
+                    for p in sp.parts for c in p.points}
         valid = [(o.cost, c) for c, o in outcomes.items() if o.ok]
         best = min(valid, key=lambda x: (x[0], str(x[1])))[1] if valid else None
         try:

@@ -204,6 +204,8 @@ def main(argv=None):
                                                   "many points per layer")
     p.add_argument("--variants", help="only these variants (comma separated; default: all "
                                       "that support the layer)")
+    p.add_argument("--keep", action="store_true", help="do not re-record a layer whose log "
+                                                        "exists")
     p.add_argument("--replay-only", action="store_true", help="use the logs already recorded")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
@@ -227,7 +229,9 @@ def main(argv=None):
         entry = {"dims": list(layer.in_shape) + [layer.out_shape[1], *layer.attrs["kernel"],
                                                  layer.attrs["stride"][0],
                                                  layer.attrs["pad"][0]]}
-        if not a.replay_only:
+        if a.keep and path.is_file():
+            entry["recorded"] = {"measured": sum(1 for _ in open(path)), "kept": True}
+        elif not a.replay_only:
             entry["recorded"] = record_exhaustive(
                 layer, target, path, a.jobs, a.max_points, quiet=a.quiet,
                 variants=[v for v in (a.variants or "").split(",") if v])
