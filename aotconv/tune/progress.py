@@ -109,7 +109,7 @@ class Progress:
         if s["best"]:
             best = (f"best {gflops(s['layer'], s['best']):.1f} GFLOP/s ({s['best']:.4g} ms, "
                     f"{s['best_variant']})")
-        return f"{head}: {tried}, {best}, {s['failed']} failed"
+        return f"{head}: {tried}, {best}, {s['failed']} failed or wrong"
 
     def _draw(self):
         w = self._width()
