@@ -218,3 +218,18 @@ def test_broken_candidates_end_as_the_right_typed_records(cache):
     st = stats_of(r)
     assert (st.space, st.pruned, st.tried, st.ok, st.wrong, st.build_failed, st.launch_failed,
             st.timed_out) == (6, 1, 5, 1, 1, 1, 1, 1)
+
+
+def test_a_variant_in_another_layout_is_fed_and_checked_in_its_layout():
+    """conv_igemm with LAYOUT=NHWC / CHWN reads and writes those orders: right, not 'wrong'."""
+    layer = network_from_dict({"name": "l", "input": [2, 4, 6, 6], "layers": [
+        {"name": "c", "op": "conv", "out": 8, "kernel": 3, "pad": 1}]}).layers[0]
+    live = with_limits(POCL, find_device(POCL)[1])
+    sp = layer_space(layer, live, [BY_NAME["conv_igemm"]])
+    picks = {}
+    for c in sp.candidates:
+        picks.setdefault(c.cfg["LAYOUT"], c)
+    assert set(picks) >= {"NHWC", "CHWN"}
+    with Measurer(live, jobs=0) as m:
+        outs = m.measure(layer, [picks["NHWC"], picks["CHWN"]])
+    assert [o.status for o in outs] == [Status.OK, Status.OK], outs

@@ -1,5 +1,8 @@
 """Measure candidates on the device: build in parallel, then run, verify and time one at a time.
 
+A variant that reads or writes another storage order (`layouts_of`: NHWC, CHWN) gets its input
+in that order and its output converted back before the comparison.
+
 Every outcome is a typed `Outcome` (TVM's MeasureErrorNo, Kernel Tuner's failed-config
 values); nothing a candidate does escapes as an exception:
 
@@ -100,6 +103,8 @@ class Plan:
         self._launches = variant.launches(layer, cfg, "k")
         self._buffers = variant.buffers(layer, cfg)
         self._scratch = variant.scratch_floats(layer, cfg)
+        lay = getattr(variant, "layouts_of", None)
+        self.layouts = tuple(lay(layer, cfg)) if lay else ("NCHW", "NCHW")   # (reads, writes)
 
     def launches(self, layer, cfg, prefix):
         return self._launches
@@ -292,6 +297,10 @@ def run_candidate(tick, target, job):
     _quiet_cl()
     ctx, q, dev = _context(target)
     xs, params, ref = _data(job.layer, job.seed)
+    lin, lout = getattr(job.plan, "layouts", ("NCHW", "NCHW"))
+    if lin != "NCHW":                      # the variant reads another storage order
+        from ..reference import to_layout
+        xs = [to_layout(x, lin) for x in xs]
     t0 = time.perf_counter()
     prog = None
     if job.binary is not None:
@@ -316,6 +325,9 @@ def run_candidate(tick, target, job):
         ev = first.run()
         q.finish()
         out = first.read_output()
+        if lout != "NCHW":
+            from ..reference import from_layout
+            out = from_layout(out.ravel(), lout, job.layer.out_shape)
         t1 = max(first.time_ms(ev), 1e-6)
     except (cl.Error, TypeError, ValueError, AttributeError) as e:   # CL errors, bad arguments
         return Outcome(Status.LAUNCH_FAILED, message=_cl_error(e), build_s=build_s)
