@@ -18,6 +18,7 @@ from fractions import Fraction as F
 from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, \
     ceil_div, round_up
 from . import gemm_tiles as gt
+from ..graph import count
 
 # (G, B^T, A^T) of F(m x m, 3 x 3), interpolation points 0, +-1 (, +-2), infinity.
 MATRICES = {
@@ -128,7 +129,9 @@ class ConvWinograd(Variant):
                    lambda l, c, t: c["M"] == 2 or c["M"] <= max(l.out_shape[2], l.out_shape[3])),
         Constraint("indices_fit_int32", "software",
                    "kernels index with 32-bit ints; scratch and buffers stay below 2^31",
-                   lambda l, c, t: _scratch(l, c) <= 2 ** 31 - 1),
+                   lambda l, c, t: max(_scratch(l, c), count(l.in_shape), count(l.out_shape),
+                                       _dims(l, c)["AA"] * _dims(l, c)["CP"] * _dims(l, c)["KP"])
+                   <= 2 ** 31 - 1),
     )
 
     def supports(self, layer):

@@ -74,6 +74,10 @@ class DenseGemv(Variant):
         Constraint("split_slices_full", "software",
                    "a K slice shorter than WG*U loads leaves the split with nothing to gain",
                    lambda l, c, t: c["KSPLIT"] == 1 or _slice(l, c) >= c["WG"] * c["U"]),
+        Constraint("indices_fit_int32", "software",
+                   "kernels index with 32-bit ints (faster on GPUs): the weight must stay below "
+                   "2^31 elements",
+                   lambda l, c, t: dense_dims(l)["OUT"] * dense_dims(l)["K"] <= 2 ** 31 - 1),
         Constraint("whole_warps", "hardware",
                    "a work-group that is not a whole number of SIMD groups leaves lanes idle",
                    lambda l, c, t: c["WG"] % t.simd_width == 0),
