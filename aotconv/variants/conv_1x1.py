@@ -111,8 +111,13 @@ class Conv1x1(Variant):
                 Knob("VW", (4, 2, 1), "vector width of input loads, local reads and stores")]
 
     def fallback(self, layer, target):
+        m, n, _ = _dims(layer)
+
+        def work_groups(c):
+            mblk, nblk = _tile(c)
+            return ceil_div(m, mblk) * ceil_div(n, nblk) * layer.attrs["groups"]
         return first_valid(self, layer, target,
-                           _FALLBACKS["gpu" if target.kind == "gpu" else "cpu"])
+                           _FALLBACKS["gpu" if target.kind == "gpu" else "cpu"], work_groups)
 
     def local_mem_bytes(self, layer, cfg):
         mblk, nblk = _tile(cfg)

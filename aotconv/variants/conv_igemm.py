@@ -55,18 +55,25 @@ def needs_bounds(size, out, stride, pad_lo, k, dil):
     return pad_lo > 0 or (out - 1) * stride - pad_lo + (k - 1) * dil > size - 1
 
 
-def first_valid(variant, layer, target, points):
+def first_valid(variant, layer, target, points, work_groups=None):
     """The first of `points` (dicts) that passes the variant's constraints and the device limits
-    aotconv.space adds, so that the fallback is never pruned."""
+    aotconv.space adds, so that the fallback is never pruned. With `work_groups(cfg)`, the
+    first valid point that gives every compute unit a work-group wins over earlier ones that
+    would leave compute units idle (big tiles on a small layer)."""
     from ..space import device_constraints          # space imports the registry: import late
     knobs = variant.knobs(layer, target)
     cons = list(variant.constraints) + device_constraints(variant, target)
+    valid = []
     for p in points:
         if any(p[k.name] not in k.values for k in knobs):
             continue
         cfg = Config(tuple((k.name, p[k.name]) for k in knobs))
         if all(c.check(layer, cfg, target) for c in cons):
-            return cfg
+            if work_groups is None or work_groups(cfg) >= target.compute_units:
+                return cfg
+            valid.append(cfg)
+    if valid:
+        return max(valid, key=work_groups)
     raise AssertionError(f"{variant.name}: no fallback point is valid for layer {layer.name} "
                          f"on {target.name}")
 
@@ -150,9 +157,10 @@ _FALLBACKS = {
                       (8, 16, 16, 64, 16, 2), (16, 8, 64, 16, 16, 2), (8, 8, 32, 32, 16, 4),
                       (8, 8, 16, 32, 16, 2), (8, 8, 32, 16, 16, 2), (8, 8, 16, 16, 16, 2),
                       (8, 8, 16, 16, 8, 1), UNROLL=0, LPAD=0, DBUF=1, LAYOUT="NCHW"),
-    "cpu": _fallbacks((2, 2, 16, 32, 8, 4), (2, 2, 32, 16, 8, 4), (2, 2, 16, 16, 8, 4),
-                      (2, 2, 16, 16, 8, 2), (2, 2, 16, 16, 8, 1),
-                      UNROLL=0, LPAD=0, DBUF=0, LAYOUT="NCHW"),
+    # PoCL runs a work-group's items in a loop between barriers: 2 work-items with 16 x 8
+    # accumulators each measured best (docs/variants/conv_igemm.md)
+    "cpu": _fallbacks((1, 2, 16, 16, 8, 1), (2, 2, 16, 32, 8, 4), (2, 2, 16, 16, 8, 1),
+                      UNROLL=1, LPAD=0, DBUF=0, LAYOUT="NCHW"),
 }
 
 
@@ -176,9 +184,6 @@ class ConvIgemm(Variant):
                    "each work-item loads fixed columns (rows for NHWC) of the KBLK x NBLK input "
                    "tile, the same count each: the work-group size and the tile must divide",
                    lambda l, c, t: _b_covers(c)),
-        Constraint("unroll_divides_kblk", "algorithm",
-                   "a partial unroll must divide the KBLK inner loop (0 = unroll fully)",
-                   lambda l, c, t: c["UNROLL"] == 0 or c["KBLK"] % c["UNROLL"] == 0),
         Constraint("m_tile_not_oversized", "software",
                    "a tile beyond the next power of two above K/G (floor 16) computes only "
                    "padding; smaller layers use a partial tile with guarded stores",
@@ -233,7 +238,8 @@ class ConvIgemm(Variant):
                 Knob("LAYOUT", LAYOUTS, "layout of the input read and the output written")]
 
     def fallback(self, layer, target):
-        return first_valid(self, layer, target, _FALLBACKS[_kind(target)])
+        return first_valid(self, layer, target, _FALLBACKS[_kind(target)],
+                           lambda c: _work_groups(layer, c))
 
     def local_mem_bytes(self, layer, cfg):
         c = cfg

@@ -109,7 +109,8 @@ class ConvTiled(Variant):
                 Knob("WCONST", (0, 1), "packed weights in __constant memory")]
 
     def fallback(self, layer, target):
-        return first_valid(self, layer, target, _FALLBACKS)
+        return first_valid(self, layer, target, _FALLBACKS,
+                           lambda c: ceil_div(_items(layer, c), c["WG"]))
 
     def registers(self, layer, cfg):
         """Accumulators, one filter row's input segment, one tap's KT weights, ~16 of state."""
