@@ -57,6 +57,8 @@ GENERAL = {
     "k1_to1_nobias": ((3, 7, 7, 8), dict(out=1, kernel=1, bias=False)),
     "k3_32to48_p1_relu": ((1, 32, 8, 8), dict(out=48, kernel=3, pad=1, act="relu")),
     "window_is_input": ((2, 2, 5, 5), dict(out=3, kernel=5, act="tanh")),
+    "k4_s2_same_odd_pad": ((1, 4, 9, 10), dict(out=6, kernel=4, stride=2, pad="same",
+                                               act="leaky_relu", alpha=0.3)),
     "exact_tiles_nopad": ((1, 16, 10, 10), dict(out=32, kernel=3)),
 }
 POINTWISE = {
