@@ -8,10 +8,11 @@ import time
 import numpy as np
 
 from . import params as params_mod
-from . import passes, spec
+from . import fusion, layouts, passes, spec
 from .build import build as ninja_build
 from .choose import choose
 from .emit import emit
+from .graph import Network
 from .report import write_report
 from .schedule import build_schedule, c_ident
 from .targets import find_device, get_target
@@ -35,7 +36,7 @@ def log(msg, quiet=False):
 def compile_network(source, target="auto", outdir=None, batch=None, weights=None, seed=0,
                     tune_mode="tune", budget=None, strategy=None, tuning_db=None,
                     require_tuned=False, check=False, measure=True, quiet=False, json_progress=False,
-                    jobs=None):
+                    jobs=None, fuse_pool="measure"):
     t0 = time.time()
     tgt = get_target(target)
     net0 = spec.load_network(source, batch=batch)
@@ -44,10 +45,29 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     log(f"aotconv: {net.name}: {len(net0.layers)} layers ({len(net.layers)} after fusion), "
         f"target {tgt.name}, output {outdir}", quiet)
 
-    choices = choose(net, tgt, mode=tune_mode, budget=budget, strategy=strategy,
-                     tuning_db=tuning_db, require_tuned=require_tuned, quiet=quiet,
-                     json_progress=json_progress, jobs=jobs)
-    sch = build_schedule(net, choices)
+    choose_kw = dict(mode=tune_mode, budget=budget, strategy=strategy, tuning_db=tuning_db,
+                     require_tuned=require_tuned, quiet=quiet, json_progress=json_progress,
+                     jobs=jobs)
+
+    def choose_only(n, only):
+        return choose(n, tgt, only=only, **choose_kw)
+
+    def choose_conversions(layers):
+        n = Network(net.name, net.input_shape, layers, [layers[-1].name])
+        return choose_only(n, [l.name for l in layers])
+
+    choices = choose(net, tgt, **choose_kw)
+    # pools fused where measured faster, then layouts across the network (aotconv.fusion,
+    # aotconv.layouts); build_schedule inserts the conversions the layouts still need
+    net, choices, fused = fusion.apply(net, choices, tgt, fuse_pool, tune_mode, choose_only)
+    choices, layout_plan = layouts.plan_network(net, choices, tgt, tune_mode, tuning_db,
+                                                choose_only)
+    sch = build_schedule(net, choices, convert=choose_conversions)
+    sch.fusion, sch.layout_plan = fused, layout_plan
+    net = sch.net
+    if fused or sch.conversions:
+        log(f"aotconv: {sum(d.fused for d in fused)} of {len(fused)} pools fused into their "
+            f"conv; {len(sch.conversions)} layout conversions inserted", quiet)
     emit(sch, tgt, outdir)
     flat = (params_mod.from_npz(net0, weights) if weights
             else params_mod.random_params(net0, seed=seed))

@@ -14,6 +14,7 @@ from . import __version__
 from .variants.base import TEMPLATE_DIR
 from .harness import BUILD_OPTIONS
 from .schedule import c_ident
+from .layouts import layouts_of
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime_c"
 _lookup = TemplateLookup(directories=[str(TEMPLATE_DIR)], strict_undefined=True)
@@ -111,7 +112,8 @@ def write_tuning_json(sch, target, path):
                     for x in sch.launches if x.layer == l.name]
         layers.append(dict(layer=l.name, op=l.op, fused=l.fused, signature=l.signature_str(),
                            variant=c.variant, config=c.cfg.as_dict(), source=c.source,
-                           time_ms=c.time_ms, stats=_jsonable(c.stats), launches=launches))
+                           time_ms=c.time_ms, stats=_jsonable(c.stats), launches=launches,
+                           layouts=list(layouts_of(l, c))))
     net = sch.net
     doc = dict(aotconv=__version__, network=net.name, c_name=c_ident(net.name), target=target.name,
                input_shape=list(net.input_shape),
@@ -119,6 +121,14 @@ def write_tuning_json(sch, target, path):
                param_count=sch.param_count, layers=layers,
                activation_bytes=sch.act_bytes, activation_bytes_unshared=sch.naive_act_bytes,
                scratch_bytes=sch.scratch_bytes)
+    # aotconv.fusion and aotconv.layouts: which pools were fused (and the times compared),
+    # the layout conversions inserted and what the layout plan changed
+    doc["pool_fusion"] = [d.as_dict() for d in (sch.fusion or [])]
+    doc["layout_conversions"] = dict(
+        count=len(sch.conversions),
+        layers=[dict(name=n, tensor=net.layer(n).inputs[0], src=net.layer(n).attrs["src"],
+                     dst=net.layer(n).attrs["dst"]) for n in sch.conversions])
+    doc["layout_plan"] = sch.layout_plan.as_dict() if sch.layout_plan is not None else None
     Path(path).write_text(json.dumps(doc, indent=1) + "\n")
 
 

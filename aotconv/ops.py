@@ -43,6 +43,29 @@ SCHEMA = {
 ARITY = {op: 1 for op in SCHEMA}
 ARITY.update({"concat": None, "add": None})
 
+# Ops the compiler makes and a net.yaml never names (spec.py validates against SCHEMA only):
+#   conv_pool       a conv whose max/avg pool is fused into it (passes.fuse_pool): the conv's
+#                   attrs plus "pool", the pool's normalised attrs and its kind as sorted
+#                   (key, value) pairs, so the layer's signature stays hashable
+#   layout_convert  a storage transpose between two layouts of the same logical tensor
+#                   (schedule.py inserts it where neighbours disagree): attrs src, dst
+INTERNAL_OPS = ("conv_pool", "layout_convert")
+ARITY.update({op: 1 for op in INTERNAL_OPS})
+LAYOUTS = ("NCHW", "NHWC", "CHWN")
+
+
+def pool_attrs(kind, attrs):
+    """The "pool" attribute of a conv_pool: ("kind", "max"|"avg") plus the pool's attrs."""
+    return tuple(sorted(dict(attrs, kind=kind).items()))
+
+
+def split_conv_pool(attrs):
+    """(conv attrs, pool op, pool attrs) of a conv_pool's attrs."""
+    conv = {k: v for k, v in attrs.items() if k != "pool"}
+    pool = dict(attrs["pool"])
+    kind = pool.pop("kind")
+    return conv, ("maxpool" if kind == "max" else "avgpool"), pool
+
 
 def _pair(key, v, positive=True):
     if isinstance(v, bool):
@@ -178,7 +201,21 @@ def infer(op, a, in_shapes):
         return (n, c * h * w, 1, 1), []
     if op == "batchnorm":
         return (n, c, h, w), [(t, (c,)) for t in ("gamma", "beta", "mean", "var")]
+    if op == "conv_pool":
+        conv, pop, pool = split_conv_pool(a)
+        mid, params = infer("conv", conv, in_shapes)
+        return infer(pop, pool, [mid])[0], params
+    if op == "layout_convert":
+        for key in ("src", "dst"):
+            if a.get(key) not in LAYOUTS:
+                raise OpError(key, f"expected one of {', '.join(LAYOUTS)}, got {a.get(key)!r}")
     return (n, c, h, w), []
+
+
+def conv_pool_mid_shape(layer):
+    """The shape of a conv_pool's conv output: the tensor the fusion keeps off memory."""
+    conv, _, _ = split_conv_pool(layer.attrs)
+    return infer("conv", dict(conv), layer.in_shapes)[0]
 
 
 def flops(layer):
@@ -196,6 +233,16 @@ def flops(layer):
         return count(out) * (a["size"] * 2 + 4)
     if op in ("global_avgpool",):
         return count(layer.in_shape)
+    if op == "conv_pool":
+        # the unfused pair's work, so that GFLOP/s compare with conv + pool (windows that
+        # overlap recompute conv outputs: that extra work is the fused kernel's cost, not FLOPs)
+        conv, _, pool = split_conv_pool(a)
+        mid = conv_pool_mid_shape(layer)
+        c = layer.in_shape[1] // a["groups"]
+        return (2 * count(mid) * c * a["kernel"][0] * a["kernel"][1]
+                + n_out * pool["kernel"][0] * pool["kernel"][1])
+    if op == "layout_convert":
+        return 0
     return n_out * 2
 
 

@@ -4,13 +4,19 @@
   (conv, dense, add, batchnorm) when the producer has no activation yet, the activation is its
   only consumer and the producer's output is not itself a network output.
 - flatten and dropout move no data: their output tensor is their input's buffer.
+- A max/avg pool may fold into the convolution before it (`fuse_pool`): one conv_pool layer,
+  named after the conv, computes each pooled output from the conv outputs of its window, so
+  the conv's output never reaches memory. Whether a pair is fused is decided by
+  aotconv.fusion (where the tuner measures the fused kernel faster); this pass only rewrites.
 
 Passes return a new Network; the input network is left as the spec produced it.
 """
 import copy
 
 from .graph import ACT_OPS, FUSABLE
-from .ops import is_alias
+from .ops import is_alias, pool_attrs, infer
+
+POOL_OPS = ("maxpool", "avgpool")
 
 
 def consumers(net):
@@ -38,6 +44,53 @@ def fuse_activations(net):
         removed[l.name] = p.name
     if not removed:
         return net
+    net.layers = [l for l in net.layers if l.name not in removed]
+    for l in net.layers:
+        l.inputs = [removed.get(t, t) for t in l.inputs]
+    net.outputs = [removed.get(t, t) for t in net.outputs]
+    return net
+
+
+def fusable_pools(net):
+    """[(conv name, pool name)]: a conv whose only consumer is a max/avg pool and whose output
+    is not a network output (the pool's may be: the fused layer then stands for it)."""
+    by_name = {l.name: l for l in net.layers}
+    users = consumers(net)
+    out = []
+    for l in net.layers:
+        if l.op not in POOL_OPS or len(l.inputs) != 1:
+            continue
+        p = by_name.get(l.inputs[0])
+        if p is not None and p.op == "conv" and users.get(p.name) == [l.name] \
+                and p.name not in net.outputs:
+            out.append((p.name, l.name))
+    return out
+
+
+def fuse_pool(net, which=None):
+    """`net` with each conv named in `which` (all fusable ones when None) and its pool folded
+    into one conv_pool layer named after the conv; `fused` records the pool (after any
+    activation already fused into the conv). Names not fusable are an error."""
+    pairs = dict(fusable_pools(net))
+    which = list(pairs) if which is None else list(which)
+    bad = [c for c in which if c not in pairs]
+    if bad:
+        raise ValueError(f"cannot fuse a pool into {', '.join(bad)}: not a conv whose only "
+                         f"consumer is a max/avg pool")
+    net = copy.deepcopy(net)
+    if not which:
+        return net
+    by_name = {l.name: l for l in net.layers}
+    removed = {}
+    for cname in which:
+        c, p = by_name[cname], by_name[pairs[cname]]
+        kind = "max" if p.op == "maxpool" else "avg"
+        c.attrs = dict(c.attrs, pool=pool_attrs(kind, p.attrs))
+        c.op = "conv_pool"
+        c.out_shape, c.params = infer("conv_pool", c.attrs, c.in_shapes)
+        assert tuple(c.out_shape) == tuple(p.out_shape), (c.out_shape, p.out_shape)
+        c.fused.append(p.name)
+        removed[p.name] = c.name
     net.layers = [l for l in net.layers if l.name not in removed]
     for l in net.layers:
         l.inputs = [removed.get(t, t) for t in l.inputs]

@@ -107,6 +107,29 @@ def softmax(x):
     return e / e.sum(axis=1, keepdims=True)
 
 
+# axes of the logical (N, C, H, W) array in the order a layout stores them
+LAYOUT_AXES = {"NCHW": (0, 1, 2, 3), "NHWC": (0, 2, 3, 1), "CHWN": (1, 2, 3, 0)}
+
+
+def to_layout(x, layout):
+    """The flat storage of the logical NCHW array `x` in `layout`."""
+    return np.ascontiguousarray(np.asarray(x).transpose(LAYOUT_AXES[layout])).ravel()
+
+
+def from_layout(buf, layout, shape):
+    """The logical NCHW array of `shape` whose storage in `layout` is the flat `buf`."""
+    ax = LAYOUT_AXES[layout]
+    return np.asarray(buf).reshape([shape[i] for i in ax]).transpose(np.argsort(ax))
+
+
+def conv_pool(x, w, b, a, out_shape):
+    """conv (+bias+act) then max/avg pooling: the unfused pair, by construction."""
+    from .ops import split_conv_pool, infer
+    ca, pop, pa = split_conv_pool(a)
+    mid = infer("conv", dict(ca), [x.shape])[0]
+    return pool(conv(x, w, b, ca, mid), pa, out_shape, "max" if pop == "maxpool" else "avg")
+
+
 def forward(layer, inputs, params):
     """Output of `layer` (float64) for float64 `inputs` (list) and `params` ({name: array})."""
     op, a = layer.op, layer.attrs
@@ -145,6 +168,12 @@ def forward(layer, inputs, params):
         return x
     if op == "flatten":
         return x.reshape(x.shape[0], -1, 1, 1)
+    if op == "conv_pool":
+        return conv_pool(x, prm["weight"], prm.get("bias"), a, layer.out_shape)
+    if op == "layout_convert":
+        # logically the identity: only the storage order changes, which the variant states
+        # (layouts_of = (src, dst)) and whoever runs it applies (to_layout / from_layout)
+        return x
     raise NotImplementedError(op)
 
 

@@ -45,8 +45,10 @@ def write_report(res, path):
         c = sch.choices[l.name]
         fl = op_flops(l)
         op = l.op + ("+" + "+".join(l.fused) if l.fused else "")
-        if l.attrs.get("act", "none") != "none" and not l.fused and l.op not in ("relu", "sigmoid",
-                                                                                 "tanh", "leaky_relu"):
+        # the conv's own act, unless an act layer was fused (a conv_pool's last fused is its pool)
+        acts = l.fused[:-1] if l.op == "conv_pool" else l.fused
+        if l.attrs.get("act", "none") != "none" and not acts and l.op not in ("relu", "sigmoid",
+                                                                             "tanh", "leaky_relu"):
             op += f" ({l.attrs['act']})"
         ms = per_layer.get(l.name)
         gf = fl / (ms * 1e6) if ms else None
@@ -69,5 +71,44 @@ def write_report(res, path):
               f"- shared scratch: {size(sch.scratch_bytes)}",
               f"- kernels per run: {len(sch.run_launches)}, in set_params: "
               f"{len(sch.launches) - len(sch.run_launches)}", ""]
+    lines += _fusion_and_layouts(sch)
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+def _ms(v):
+    return "-" if v is None else f"{v:.4f}"
+
+
+def _fusion_and_layouts(sch):
+    """Which pools were fused (times compared) and the layout conversions (aotconv.fusion,
+    aotconv.layouts)."""
+    out = ["## Fusion and layouts", ""]
+    fusion = sch.fusion or []
+    if fusion:
+        out += [f"Pools fused into the convolution before them: {sum(d.fused for d in fusion)} "
+                f"of {len(fusion)} candidates (kept where the fused kernel measures faster than "
+                f"conv + pool).", "",
+                "| conv | pool | conv ms | pool ms | fused ms | fused | why |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {d.conv} | {d.pool} | {_ms(d.conv_ms)} | {_ms(d.pool_ms)} | {_ms(d.fused_ms)} "
+                f"| {'yes' if d.fused else 'no'} | {d.why} |" for d in fusion]
+        out.append("")
+    else:
+        out += ["No convolution is followed by a pool it could absorb.", ""]
+    net = sch.net
+    conv = [net.layer(n) for n in sch.conversions]
+    out.append(f"Layout conversions inserted: **{len(conv)}**"
+               + (": " + ", ".join(f"{l.name} ({l.inputs[0]} {l.attrs['src']} -> "
+                                   f"{l.attrs['dst']})" for l in conv) if conv else "") + ".")
+    lp = sch.layout_plan
+    if lp is not None and lp.alternatives:
+        out.append(f"Layout plan: {lp.alternatives} layers had measured configurations in more "
+                   f"than one layout; estimated kernel + conversion time {lp.planned_ms:.4f} ms "
+                   f"(the per-layer best picks would cost {lp.independent_ms:.4f} ms).")
+        for c in lp.changed:
+            out.append(f"- {c['layer']}: {c['tuned']['variant']} {'/'.join(c['tuned']['layouts'])} "
+                       f"({_ms(c['tuned']['ms'])} ms) -> {c['planned']['variant']} "
+                       f"{'/'.join(c['planned']['layouts'])} ({_ms(c['planned']['ms'])} ms)")
+    out.append("")
+    return out

@@ -2,13 +2,16 @@
 
 One program per layer (its rendered source), one device buffer per parameter tensor and per
 variant-owned buffer, one shared scratch buffer, and activation buffers assigned by liveness:
-a tensor's buffer is reused once every layer that reads it has run.
+a tensor's buffer is reused once every layer that reads it has run. Before any of that, a
+layout_convert layer is inserted wherever a layer reads a layout its producer does not write
+(aotconv.layouts; the network's input and outputs are NCHW).
 """
 from dataclasses import dataclass, field
 
 from .graph import c_ident, count
 from .ops import is_alias
 from .passes import resolve_alias
+from .layouts import insert_conversions, fallback_convert_choices
 
 
 @dataclass
@@ -56,6 +59,9 @@ class Schedule:
     outputs: list = field(default_factory=list)
     tensor_buffer: dict = field(default_factory=dict)
     naive_act_bytes: int = 0
+    conversions: list = field(default_factory=list)   # names of the layout_convert layers
+    fusion: list = None             # pool fusion decisions (aotconv.fusion), set by compiler
+    layout_plan: object = None      # layouts.LayoutPlan, set by compiler
 
     @property
     def act_bytes(self):
@@ -113,9 +119,17 @@ def plan_activations(net):
     return assign, slots, sum(size.values())
 
 
-def build_schedule(net, choices):
-    """The Schedule for `net` (after passes) with `choices` {layer: Choice}."""
+def build_schedule(net, choices, convert=None):
+    """The Schedule for `net` (after passes) with `choices` {layer: Choice}.
+
+    Layout conversions are inserted first; `convert(layers)` gives their choices ({name:
+    Choice}; default: the layout_convert fallback). `sch.net` is the network with them."""
+    net, new = insert_conversions(net, choices)
+    if new:
+        choices = dict(choices)
+        choices.update((convert or fallback_convert_choices)(new))
     sch = Schedule(net, choices)
+    sch.conversions = [l.name for l in net.layers if l.op == "layout_convert"]
     assign, slots, naive = plan_activations(net)
     sch.naive_act_bytes = naive
     for i, b in enumerate(slots):

@@ -1,5 +1,7 @@
 """The registry of kernel variants: one module per variant, one line here per variant."""
 from .eltwise import Eltwise
+from .conv_pool import ConvPoolDirect
+from .layout_convert import LayoutConvert
 from .conv_direct import ConvDirect
 from .dense_direct import DenseDirect
 from .pool import PoolDirect
@@ -19,6 +21,8 @@ from .dense_gemm import DenseGemm
 
 VARIANTS = [
     Eltwise(),
+    ConvPoolDirect(),
+    LayoutConvert(),
     ConvDirect(),
     DenseDirect(),
     PoolDirect(),

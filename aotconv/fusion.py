@@ -1,0 +1,84 @@
+"""Which pools fold into the convolution before them: where the tuner measures it faster.
+
+After the unfused network's choices are made, every conv -> max/avg pool pair that
+passes.fusable_pools finds is fused in a copy of the network (passes.fuse_pool) and the fused
+conv_pool layers get choices of their own (choose(..., only=[...]), tuned like any layer). A
+pair stays fused when the fused kernel's measured time is below the conv's plus the pool's:
+
+    policy "measure"  (the default) fuse where t(conv_pool) < t(conv) + t(pool), all three
+                      measured in this run or taken from records (the same device key);
+                      where any of the three is unmeasured (fallback mode, no record, the
+                      device absent and no records) the pair is left unfused
+    policy "always"   fuse every pair (tests; a device whose records say so)
+    policy "never"    fuse none
+
+Every pair's decision, its three times and the reason go to tuning.json and report.md.
+"""
+from dataclasses import dataclass, asdict
+
+from . import passes
+from .errors import AotconvError
+
+POLICIES = ("measure", "always", "never")
+
+
+@dataclass(frozen=True)
+class Decision:
+    conv: str
+    pool: str
+    conv_ms: float = None
+    pool_ms: float = None
+    fused_ms: float = None
+    fused: bool = False
+    why: str = ""
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def decide(pairs, choices, fused_choices, policy):
+    """[Decision] for each (conv, pool) pair given the unfused and the fused choices."""
+    out = []
+    for conv, pool in pairs:
+        a, b, f = choices.get(conv), choices.get(pool), fused_choices.get(conv)
+        t = [getattr(x, "time_ms", None) for x in (a, b, f)]
+        if policy == "always":
+            ok, why = True, "fusion forced (fuse_pool=always)"
+        elif policy == "never":
+            ok, why = False, "fusion off (fuse_pool=never)"
+        elif None in t:
+            ok = False
+            why = "not measured: " + ", ".join(n for n, x in zip(("conv", "pool", "fused"), t)
+                                              if x is None)
+        elif t[2] < t[0] + t[1]:
+            ok, why = True, f"fused faster: {t[2]:.4g} < {t[0]:.4g} + {t[1]:.4g} ms"
+        else:
+            ok, why = False, f"fused slower: {t[2]:.4g} >= {t[0]:.4g} + {t[1]:.4g} ms"
+        out.append(Decision(conv, pool, t[0], t[1], t[2], ok, why))
+    return out
+
+
+def apply(net, choices, target, policy="measure", mode="tune", choose_fn=None):
+    """(net, choices, [Decision]): `net` with the pools worth fusing fused, and its choices.
+
+    `choose_fn(net, only)` returns {layer: Choice} for the named layers of `net` (the
+    compiler's choose with its mode, budget and records)."""
+    if policy not in POLICIES:
+        raise AotconvError(f"unknown fuse_pool policy '{policy}'; use {', '.join(POLICIES)}")
+    pairs = passes.fusable_pools(net)
+    if not pairs:
+        return net, dict(choices), []
+    fused_choices = {}
+    # in fallback mode nothing is measured, so "measure" could never fuse: skip the choosing
+    if policy == "always" or (policy == "measure" and mode != "fallback"):
+        all_fused = passes.fuse_pool(net, [c for c, _ in pairs])
+        fused_choices = choose_fn(all_fused, [c for c, _ in pairs])
+    decisions = decide(pairs, choices, fused_choices, policy)
+    keep = [d.conv for d in decisions if d.fused]
+    if not keep:
+        return net, dict(choices), decisions
+    out = passes.fuse_pool(net, keep)
+    gone = {d.pool for d in decisions if d.fused}
+    new = {k: v for k, v in choices.items() if k not in gone}
+    new.update({c: fused_choices[c] for c in keep})
+    return out, new, decisions

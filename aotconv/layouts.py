@@ -1,0 +1,342 @@
+"""Storage layouts across the network: pick each layer's layout, insert the conversions.
+
+Every variant states the layout it reads and the layout it writes (`Variant.layouts_of`:
+NCHW, NHWC or CHWN); the network's input and outputs are NCHW, and so are flatten and dropout
+(they reinterpret their input's buffer). Two steps:
+
+- `plan_network` (after choose): per layer, the best measured configuration in each
+  (read, write) layout pair its variants offer (re-queried from the tuning records the tuner
+  just wrote, or shipped ones), and a cost for each conversion (measured by tuning the
+  layout_convert kernel, or a roofline estimate); a dynamic programme over each chain of
+  single-producer single-consumer layers, in topological order, minimises the kernels' time
+  plus the conversions'. Where chains meet (a layer with several inputs, a tensor with several
+  readers) it is greedy: a chain starts from the layouts already committed upstream and
+  prices its tail against its readers' current picks. When two layouts are close, the one that
+  avoids a conversion wins; when one is much faster, the conversion is paid.
+- `insert_conversions` (from schedule.build_schedule): a layout_convert layer wherever a
+  reader's layout differs from its producer's, one per (tensor, layout) shared by all the
+  readers that want it, placed just before the first of them. Two layouts whose storage
+  coincides for a shape (NCHW and NHWC when H = W = 1, NCHW and CHWN when N = 1, ...) need none.
+"""
+from dataclasses import dataclass, field
+import copy
+
+from .graph import Layer, count
+from .ops import is_alias, LAYOUTS
+from .passes import consumers
+
+NCHW = "NCHW"
+
+
+# -- layouts of layers and tensors -------------------------------------------------------------
+
+def layouts_of(layer, choice):
+    """(read, write) of `layer` run by `choice` (None for aliases: NCHW both ways)."""
+    if layer.op == "layout_convert":
+        return layer.attrs["src"], layer.attrs["dst"]
+    if is_alias(layer) or choice is None:
+        return NCHW, NCHW
+    return tuple(choice.impl.layouts_of(layer, choice.cfg))
+
+
+def same_storage(shape, a, b):
+    """True when `shape` stored in layout a and in layout b is the same sequence of floats:
+    the orders agree once the dimensions of size 1 are dropped."""
+    if a == b:
+        return True
+    size = dict(zip("NCHW", shape))
+    return [d for d in a if size[d] > 1] == [d for d in b if size[d] > 1]
+
+
+def layout_capable(layer):
+    """True when some variant for `layer` may read or write something other than NCHW."""
+    from .variants import for_layer
+    from .variants.base import Variant
+    return any(type(v).layouts_of is not Variant.layouts_of or tuple(v.layouts) != (NCHW, NCHW)
+               for v in for_layer(layer))
+
+
+# -- conversions -------------------------------------------------------------------------------
+
+def convert_layer(name, tensor, shape, src, dst):
+    return Layer(name, "layout_convert", {"src": src, "dst": dst}, [tensor],
+                 in_shapes=[tuple(shape)], out_shape=tuple(shape))
+
+
+def fallback_convert_choices(layers):
+    """{name: Choice}: the layout_convert fallback (one element per work-item) for each."""
+    from .choose import Choice
+    from .variants import BY_NAME
+    v = BY_NAME["layout_convert"]
+    return {l.name: Choice(v.name, v.fallback(l, None)) for l in layers}
+
+
+def insert_conversions(net, choices):
+    """(net with layout_convert layers where readers and producers disagree, [new layers]).
+
+    Idempotent: a network whose conversions are already in place gets none."""
+    net = copy.deepcopy(net)
+    names = {l.name for l in net.layers} | {"input"}
+    write = {"input": NCHW}
+    made, new, layers = {}, [], []
+
+    shape_of = {"input": tuple(net.input_shape)}
+
+    def reader_wants(tensor, layout):
+        shape = shape_of[tensor]
+        if same_storage(shape, write[tensor], layout):
+            return tensor
+        key = (tensor, layout)
+        if key not in made:
+            base = f"{tensor}_to_{layout.lower()}"
+            name, i = base, 2
+            while name in names:
+                name, i = f"{base}_{i}", i + 1
+            names.add(name)
+            conv = convert_layer(name, tensor, shape, write[tensor], layout)
+            layers.append(conv)
+            new.append(conv)
+            made[key] = name
+            write[name], shape_of[name] = layout, shape
+        return made[key]
+
+    for l in net.layers:
+        read, wrote = layouts_of(l, choices.get(l.name))
+        l.inputs = [reader_wants(t, read) for t in l.inputs]
+        layers.append(l)
+        write[l.name] = wrote
+        shape_of[l.name] = tuple(l.out_shape)
+    net.outputs = [reader_wants(t, NCHW) for t in net.outputs]
+    net.layers = layers
+    return net, new
+
+
+# Calibration of the estimate: tuned layout_convert on the H100 took 8.4-9.2 us for 1x256x56x56
+# and 13-15 us for 1x64x224x224 and 16x256x28x28 (docs/variants/layout_convert.md): about one
+# kernel's start plus the traffic at 60 % of the peak bandwidth.
+CONVERT_EFFICIENCY = 0.6
+CONVERT_START_MS = 0.005
+
+
+def estimate_convert_ms(shape, target):
+    """A conversion's time when none was measured: read and write the tensor once at 60 % of
+    the target's peak bandwidth, plus one kernel's start."""
+    gbps = (target.peak_gbps or 10.0) * CONVERT_EFFICIENCY
+    return CONVERT_START_MS + 2 * 4 * count(shape) / (gbps * 1e6)
+
+
+class ConvertCosts:
+    """ms of converting a tensor of `shape` from one layout to another on `target`: measured
+    (the layout_convert kernel tuned or looked up like any layer) where `prepare` could, else
+    the roofline estimate."""
+
+    def __init__(self, target, measured=None):
+        self.target = target
+        self.measured = dict(measured or {})       # (shape, src, dst) -> ms
+        self.source = {}                            # (shape, src, dst) -> "measured"|"estimate"
+
+    def __call__(self, shape, src, dst):
+        if same_storage(shape, src, dst):
+            return 0.0
+        key = (tuple(shape), src, dst)
+        if key in self.measured:
+            self.source[key] = "measured"
+            return self.measured[key]
+        self.source[key] = "estimate"
+        return estimate_convert_ms(shape, self.target)
+
+    def prepare(self, keys, choose_fn):
+        """Measure the conversions `keys` [(shape, src, dst)] with `choose_fn(net, only)`."""
+        from .graph import Network
+        keys = [k for k in dict.fromkeys(keys) if k not in self.measured
+                and not same_storage(*k)]
+        if not keys:
+            return
+        layers = [convert_layer(f"convert{i}", "input", s, a, b) for i, (s, a, b) in enumerate(keys)]
+        net = Network("layout_conversions", keys[0][0], layers, [layers[-1].name])
+        got = choose_fn(net, [l.name for l in layers])
+        for k, l in zip(keys, layers):
+            c = got.get(l.name)
+            if c is not None and c.time_ms is not None:
+                self.measured[k] = c.time_ms
+
+
+# -- options and the plan ----------------------------------------------------------------------
+
+def layout_options(net, choices, target, mode="records", tuning_db=None):
+    """{layer: [Choice]}: the chosen one first, then for every other (read, write) pair the
+    layer's variants reach, the best configuration measured in it (from the tuning records).
+    Only measured choices get alternatives: times must be comparable."""
+    from .choose import Choice
+    from .variants import BY_NAME
+    out = {l.name: [choices[l.name]] for l in net.layers if l.name in choices}
+    if mode == "fallback":
+        return out
+    todo = [l for l in net.layers if l.name in choices and choices[l.name].time_ms is not None
+            and layout_capable(l)]
+    if not todo:
+        return out
+    from .targets import find_device, with_limits, device_identity
+    from .tune.records import Store
+    from .tune import search
+    found = find_device(target)
+    device = device_identity(*found) if found is not None else None
+    live = with_limits(target, found[1]) if found is not None else target
+    results = search.records_only(search.unique_layers(todo), live,
+                                  Store.default(target, tuning_db), device)
+    for l in todo:
+        r = results[l.signature_str()]
+        chosen = choices[l.name]
+        mine = layouts_of(l, chosen)
+        best = {}
+        for cand, o in r.outcomes.items():
+            if not o.ok or o.time_ms is None:
+                continue
+            lay = tuple(BY_NAME[cand.variant].layouts_of(l, cand.cfg))
+            if lay != mine and (lay not in best or o.time_ms < best[lay][0]):
+                best[lay] = (o.time_ms, cand)
+        for lay, (ms, cand) in sorted(best.items()):
+            out[l.name].append(Choice(cand.variant, cand.cfg, ms, chosen.source, chosen.stats))
+    return out
+
+
+@dataclass
+class LayoutPlan:
+    """What plan_network decided, for tuning.json and report.md."""
+    alternatives: int = 0              # layers that had a choice of layout
+    changed: list = field(default_factory=list)  # [dict(layer, tuned, planned)]
+    independent_ms: float = None       # the tuner's per-layer picks plus the conversions they need
+    planned_ms: float = None           # the plan's picks plus its conversions
+    conversion_costs: dict = field(default_factory=dict)   # "shape src->dst" -> (ms, source)
+
+    def as_dict(self):
+        return dict(layers_with_alternatives=self.alternatives, changed=self.changed,
+                    independent_ms=self.independent_ms, planned_ms=self.planned_ms,
+                    conversion_costs={k: {"ms": v[0], "source": v[1]}
+                                      for k, v in self.conversion_costs.items()})
+
+
+def _time(c):
+    return (c.time_ms or 0.0) if c is not None else 0.0
+
+
+def total_ms(net, choices, cost):
+    """Kernel time of `choices` plus the conversions they imply (the cost model the plan
+    minimises, evaluated on a whole assignment)."""
+    write, total, seen = {"input": NCHW}, 0.0, set()
+
+    def need(t, lay):
+        nonlocal total
+        if (t, lay) not in seen:
+            seen.add((t, lay))
+            total += cost(net.shape_of(t), write[t], lay)
+    for l in net.layers:
+        r, w = layouts_of(l, choices.get(l.name))
+        for t in dict.fromkeys(l.inputs):
+            need(t, r)
+        total += _time(choices.get(l.name))
+        write[l.name] = w
+    for t in net.outputs:
+        need(t, NCHW)
+    return total
+
+
+def chains(net):
+    """The layers cut into chains: a layer continues its input's chain when it has one input,
+    that input has no other reader and is not a network output."""
+    users = consumers(net)
+    out, where = [], {}
+    for l in net.layers:
+        p = l.inputs[0] if len(l.inputs) == 1 else None
+        if p not in (None, "input") and users.get(p) == [l.name] and p not in net.outputs:
+            out[where[p]].append(l)
+            where[l.name] = where[p]
+        else:
+            where[l.name] = len(out)
+            out.append([l])
+    return out
+
+
+def plan(net, choices, opts, cost):
+    """(choices, LayoutPlan): per layer one of its `opts` {layer: [Choice]}, minimising kernel
+    time plus conversion cost `cost(shape, src, dst)` (ms) by dynamic programming along each
+    chain (greedy where chains meet)."""
+    users = consumers(net)
+    by_name = {l.name: l for l in net.layers}
+    cur = dict(choices)
+    write = {"input": NCHW}
+
+    def options(l):
+        return opts.get(l.name) or [choices.get(l.name)]
+
+    def conv(t, a, b):
+        return cost(net.shape_of(t), a, b)
+
+    def tail(l, w):
+        wants = {NCHW} if l.name in net.outputs else set()
+        for u in users.get(l.name, ()):
+            wants.add(layouts_of(by_name[u], cur.get(u))[0])
+        return sum(conv(l.name, w, r) for r in wants)
+
+    for chain in chains(net):
+        table = []                     # per layer: [(cost, write, option, back)]
+        for i, l in enumerate(chain):
+            row = []
+            for o in options(l):
+                r, w = layouts_of(l, o)
+                if i == 0:
+                    c = sum(conv(t, write[t], r) for t in dict.fromkeys(l.inputs))
+                    back = None
+                else:
+                    c, back = min((pc + conv(chain[i - 1].name, pw, r), j)
+                                  for j, (pc, pw, _, _) in enumerate(table[-1]))
+                row.append((c + _time(o), w, o, back))
+            table.append(row)
+        last = chain[-1]
+        j = min(range(len(table[-1])), key=lambda j: table[-1][j][0] + tail(last, table[-1][j][1]))
+        for i in range(len(chain) - 1, -1, -1):
+            _, w, o, back = table[i][j]
+            if o is not None:
+                cur[chain[i].name] = o
+            write[chain[i].name] = w
+            j = back
+    rep = LayoutPlan(alternatives=sum(1 for v in opts.values() if len(v) > 1))
+    for name, c in choices.items():
+        if cur[name] != c:
+            l = by_name[name]
+            rep.changed.append(dict(
+                layer=name,
+                tuned=dict(variant=c.variant, config=str(c.cfg), layouts=list(layouts_of(l, c)),
+                           ms=c.time_ms),
+                planned=dict(variant=cur[name].variant, config=str(cur[name].cfg),
+                             layouts=list(layouts_of(l, cur[name])), ms=cur[name].time_ms)))
+    if rep.alternatives:
+        rep.independent_ms = total_ms(net, choices, cost)
+        rep.planned_ms = total_ms(net, cur, cost)
+    return cur, rep
+
+
+def plan_network(net, choices, target, mode="tune", tuning_db=None, choose_fn=None):
+    """The layouts of `net` after choose: (choices, LayoutPlan). `choose_fn(net, only)` runs
+    choose on conversion layers to measure them (None: roofline estimates only)."""
+    opts = layout_options(net, choices, target, mode, tuning_db)
+    cost = ConvertCosts(target)
+    if not any(len(v) > 1 for v in opts.values()):
+        return dict(choices), LayoutPlan()
+    if choose_fn is not None:
+        # every conversion a layer with a choice could need, on its inputs and its output
+        keys = []
+        for l in net.layers:
+            if len(opts.get(l.name, ())) < 2:
+                continue
+            lays = [layouts_of(l, o) for o in opts[l.name]]
+            for t in dict.fromkeys(l.inputs):
+                keys += [(tuple(net.shape_of(t)), a, r) for r, _ in lays for a in LAYOUTS if a != r]
+            keys += [(tuple(l.out_shape), w, b) for _, w in lays for b in LAYOUTS if b != w]
+        cost.prepare(keys, choose_fn)
+    out, rep = plan(net, choices, opts, cost)
+    rep.conversion_costs = {f"{'x'.join(map(str, s))} {a}->{b}": (round(cost(s, a, b), 6),
+                                                                    cost.source.get((s, a, b)))
+                            for (s, a, b) in sorted(cost.source)}
+    return out, rep
+
