@@ -316,6 +316,23 @@ def plan(net, choices, opts, cost):
     return cur, rep
 
 
+def needed_conversions(net, choices):
+    """[(shape, src, dst)] the conversions `choices` need between producers and readers."""
+    written = {"input": NCHW}
+    keys = []
+    for l in net.layers:
+        read, write = layouts_of(l, choices.get(l.name))
+        for t in dict.fromkeys(l.inputs):
+            src = written.get(t, NCHW)
+            if src != read and not same_storage(net.shape_of(t), src, read):
+                keys.append((tuple(net.shape_of(t)), src, read))
+        written[l.name] = write
+    for t in net.outputs:
+        if written.get(t, NCHW) != NCHW and not same_storage(net.shape_of(t), written[t], NCHW):
+            keys.append((tuple(net.shape_of(t)), written[t], NCHW))
+    return keys
+
+
 def plan_network(net, choices, target, mode="tune", tuning_db=None, choose_fn=None):
     """The layouts of `net` after choose: (choices, LayoutPlan). `choose_fn(net, only)` runs
     choose on conversion layers to measure them (None: roofline estimates only)."""
@@ -323,18 +340,14 @@ def plan_network(net, choices, target, mode="tune", tuning_db=None, choose_fn=No
     cost = ConvertCosts(target)
     if not any(len(v) > 1 for v in opts.values()):
         return dict(choices), LayoutPlan()
-    if choose_fn is not None:
-        # every conversion a layer with a choice could need, on its inputs and its output
-        keys = []
-        for l in net.layers:
-            if len(opts.get(l.name, ())) < 2:
-                continue
-            lays = [layouts_of(l, o) for o in opts[l.name]]
-            for t in dict.fromkeys(l.inputs):
-                keys += [(tuple(net.shape_of(t)), a, r) for r, _ in lays for a in LAYOUTS if a != r]
-            keys += [(tuple(l.out_shape), w, b) for _, w in lays for b in LAYOUTS if b != w]
-        cost.prepare(keys, choose_fn)
     out, rep = plan(net, choices, opts, cost)
+    if choose_fn is not None:
+        # plan on estimates, then measure only the conversions that plan needs and plan again
+        # (measuring every conversion a layer could need cost VGG-16 32 tunings for none used)
+        keys = needed_conversions(net, out)
+        if keys:
+            cost.prepare(keys, choose_fn)
+            out, rep = plan(net, choices, opts, cost)
     rep.conversion_costs = {f"{'x'.join(map(str, s))} {a}->{b}": (round(cost(s, a, b), 6),
                                                                     cost.source.get((s, a, b)))
                             for (s, a, b) in sorted(cost.source)}

@@ -178,12 +178,17 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
         return [o.cost for o in measurer.measure(layer, cands, variants, on_outcome)]
 
     known_costs = {grid.index[c]: o.cost for c, o in known.items() if c in grid.index}
+    # every variant's fallback first: cheap, diverse starting points, so a small budget
+    # never leaves a layer on a variant that another variant's default beats
+    seeds = [fb] + [Candidate(p.variant.name, p.variant.fallback(layer, target))
+                    for p in space.parts]
+    seeds = [c for c in dict.fromkeys(seeds) if c in grid.index][:max(1, trials)]
     ev = Evaluator(len(grid), measure, trials=max(1, trials), deadline=deadline,
-                   known=known_costs)
+                   known=known_costs, min_trials=len(seeds))
     rng = np.random.default_rng([seed, zlib.crc32(layer.signature_str().encode())])
     if len(grid):
         try:
-            ev([grid.index[fb]])
+            ev([grid.index[c] for c in seeds])
             run_strategy(strategy, grid, ev, rng)
         except Exception as e:
             from .strategies import Exhausted
