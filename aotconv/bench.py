@@ -358,12 +358,10 @@ def _round(xs):
 def bench_layer(dev, refs, set_name, t, opts, choice=None):
     """Measure one benchmark layer; returns its JSON row (derived figures added later)."""
     from .harness import random_inputs
-    from .ops import flops, bytes_moved
-    layer, n0 = conv_layer(t, opts.max_batch)
-    row = {"set": set_name, "name": layer.name, "N": layer.in_shape[0], "N_orig": n0,
-           "C": t[2], "H": t[3], "W": t[4], "K": t[5], "R": t[6], "S": t[7], "stride": t[8],
-           "pad": t[9], "P": layer.out_shape[2], "Q": layer.out_shape[3],
-           "flops": flops(layer), "bytes": bytes_moved(layer), "refs": {}}
+    from .variants import for_layer
+    layer, _ = conv_layer(t, opts.max_batch)
+    row = _skeleton(set_name, t, opts)
+    row["variants"] = [v.name for v in for_layer(layer)]
     rng = np.random.default_rng([opts.seed, len(layer.name), sum(map(ord, layer.name))])
     xs, params = random_inputs(layer, rng)
     x, w = xs[0], params["weight"]
@@ -439,6 +437,8 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
     outdir = Path(opts.workdir) / f"{net_name}-b{b}"
     budget = opts.fit_budget(opts.e2e_budget, 60, f"end to end {net_name} batch {b}", notes)
     row["budget"] = budget
+    row["mode"] = ("fallback (no tuner)" if opts.mode != "tune" else
+                   f"tuned, budget {budget or 'default'}")
     t0 = time.monotonic()
     try:
         compile_network(net_name, target=opts.target_arg, outdir=outdir, batch=b,
@@ -663,7 +663,7 @@ def cmd_bench(a):
            "scale": (f"batch capped at N={opts.max_batch} (layers and end to end); the "
                      f"original N is kept in each row" if opts.max_batch else None),
            "refs": refs.status, "ref_label": refs.label(), "registered_variants": registered,
-           "sets": {}, "e2e": [], "notes": []}
+           "sets": {}, "e2e": [], "notes": list(a.note or [])}
     if refs.torch_device is None and dev.target.kind == "gpu":
         doc["notes"].append("PyTorch/cuDNN was not available: no reference ratios.")
     try:
@@ -732,6 +732,7 @@ def cmd_bench(a):
 
 
 def _skeleton(s, t, opts):
+    """A layer's row before anything is measured: its shape, FLOPs and compulsory bytes."""
     layer, n0 = conv_layer(t, opts.max_batch)
     from .ops import flops, bytes_moved
     return {"set": s, "name": t[0], "N": layer.in_shape[0], "N_orig": n0, "C": t[2], "H": t[3],
@@ -753,19 +754,57 @@ def _print_row(row, label, quiet):
           + (f", {o['error']}" if o.get("error") else ""), file=sys.stderr, flush=True)
 
 
+def _e2e_mode(row, doc):
+    if row.get("mode"):
+        return row["mode"]
+    if str(doc.get("mode", "")).startswith("no-tune"):
+        return "fallback (no tuner)"
+    return f"tuned, budget {row.get('budget') or 'default'}"
+
+
+def _merge_rows(rows, new, key):
+    """Append `new` rows to `rows`; a row with the key of an earlier one replaces it (a re-run),
+    unless it failed where the earlier one succeeded."""
+    where = {key(r): i for i, r in enumerate(rows)}
+    for r in new:
+        k = key(r)
+        if k not in where:
+            where[k] = len(rows)
+            rows.append(r)
+        elif not (r.get("ours") or {}).get("error") or (rows[where[k]].get("ours") or {}).get(
+                "error"):
+            rows[where[k]] = r
+
+
 def rerender(a):
-    """--from-json: merge bench JSON files (sets and e2e rows appended in order) and write the
-    markdown (and the merged JSON when --out is given) without running anything."""
+    """--from-json: merge bench JSON files and write the markdown (and the merged JSON) without
+    running anything. Rows are appended in order; a later row for the same layer (or network,
+    batch and mode) replaces an earlier one unless it failed where that one did not."""
     from .bench_report import text_table
     docs = [json.loads(Path(p).read_text()) for p in a.from_json]
+    for d in docs:
+        for r in d.get("e2e", []):
+            r["mode"] = _e2e_mode(r, d)
     doc = docs[0]
+    commands = list(doc.get("commands") or [doc["command"]])
+    e2e_key = lambda r: (r["net"], r["batch"], r.get("mode"))
+    rows = list(doc.get("e2e", []))
+    doc["e2e"] = []
+    _merge_rows(doc["e2e"], rows, e2e_key)
     for d in docs[1:]:
         for name, s in d.get("sets", {}).items():
-            doc["sets"].setdefault(name, {"rows": []})["rows"].extend(s["rows"])
-        doc["e2e"].extend(d.get("e2e", []))
+            _merge_rows(doc["sets"].setdefault(name, {"rows": []})["rows"], s["rows"],
+                        lambda r: r["name"])
+        _merge_rows(doc["e2e"], d.get("e2e", []), e2e_key)
         doc["notes"].extend(n for n in d.get("notes", []) if n not in doc["notes"])
-        if d.get("command") != doc.get("command"):
-            doc["command"] = doc["command"] + "` + `" + d["command"]
+        for c in d.get("commands") or [d["command"]]:
+            if c not in commands:
+                commands.append(c)
+        if d.get("elapsed_s") and doc.get("elapsed_s"):
+            doc["elapsed_s"] += d["elapsed_s"]
+    if len(commands) > 1:
+        doc["commands"] = commands
+    doc["notes"].extend(n for n in (a.note or []) if n not in doc["notes"])
     finish(doc, doc["target"], doc.get("registered_variants", ()))
     out = Path(a.out) if a.out else Path(a.from_json[0])
     md = Path(a.md) if a.md else out.with_suffix(".md")
@@ -816,6 +855,8 @@ def add_commands(sub):
     b.add_argument("--md", help="markdown path (default: the JSON path with .md)")
     b.add_argument("--from-json", nargs="+", metavar="JSON", help="re-render (and merge) "
                    "earlier results; runs nothing")
+    b.add_argument("--note", action="append", help="a sentence for the report's notes "
+                   "(repeatable; with --from-json too)")
     b.add_argument("--quiet", action="store_true", help="no progress output")
     b.set_defaults(func=_entry)
 

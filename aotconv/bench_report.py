@@ -54,8 +54,9 @@ def shape_of(row):
 
 def hint(row, bound, registered=(), chosen=None, launches=1):
     """What variant would close the gap, from the layer's shape and where it sits on the
-    roofline. `registered`: variant names present now (so the hint can say 'tune longer' for
-    one that exists but was not picked, and 'to write' for one that does not)."""
+    roofline. `registered`: the variants that implement this layer now (so the hint can say
+    'tune longer' for one that exists but was not picked, and 'to write' for one that does
+    not)."""
     s = shape_of(row)
     have = set(registered)
 
@@ -72,19 +73,20 @@ def hint(row, bound, registered=(), chosen=None, launches=1):
         return (f"launch-bound: the kernel is too short to fill the device; fuse it with its "
                 f"neighbours{extra}, or batch more images")
     if pixels <= 16:
-        return v("dense_gemm", "dense in disguise (a GEMV over the weights): a GEMV/K-split "
-                 "variant that streams the weights once at full bandwidth")
+        return v("conv_gemv", "dense in disguise (a GEMV over the weights): lower it to dense "
+                 "(dense_gemv) in a graph pass, or a GEMV/K-split conv variant that streams "
+                 "the weights once at full bandwidth")
     if bound == "bandwidth":
-        if s["R"] == s["S"] == 1:
-            return v("conv_igemm", "1x1 conv at low reuse: a direct GEMM over NCHW (no im2col "
+        if s["R"] == s["S"] == 1 and s["stride"] == 1 and s["pad"] == 0:
+            return v("conv_1x1", "1x1 conv at low reuse: a direct GEMM over NCHW (no im2col "
                      "buffer), vector loads, the epilogue fused")
         return v("conv_igemm", "implicit GEMM (no im2col buffer: one pass over the input), "
                  "vector loads")
     if s["R"] == s["S"] == 3 and s["stride"] == 1:
         return v("conv_winograd", "Winograd F(2x2,3x3): 2.25x fewer multiplies than direct")
-    if s["R"] == s["S"] == 1 and s["stride"] == 1:
-        return v("conv_im2col", "a 1x1 conv is a plain GEMM: larger register tiles "
-                 "(MWG=NWG=128, 8x8 per work-item)")
+    if s["R"] == s["S"] == 1 and s["stride"] == 1 and s["pad"] == 0:
+        return v("conv_1x1", "a 1x1 conv is a plain GEMM: larger register tiles "
+                 "(128x128 per work-group, 8x8 per work-item)")
     return v("conv_igemm", "implicit GEMM with larger tiles (128x128) and double-buffered "
              "local memory")
 
@@ -114,8 +116,8 @@ def derive(row, target, registered=()):
             why = (f"compute-bound (AI {rf['ai']:.0f} >= ridge {rf['ridge']:.1f}); "
                    f"{rf['pct_peak']:.0f}% of FP32 peak")
         row["why"] = why
-        row["close_it"] = (hint(row, b, registered, ours.get("variant"), ours.get("launches", 1))
-                           if short else "")
+        row["close_it"] = (hint(row, b, row.get("variants", registered), ours.get("variant"),
+                                ours.get("launches", 1)) if short else "")
     return row
 
 
@@ -216,18 +218,20 @@ def summary_line(name, s, ref_label):
 
 
 def e2e_table(rows, ref_label):
-    lines = [f"| network | batch | tune + build s | ours run() ms | ours kernels ms | "
+    lines = [f"| network | batch | kernels chosen by | tune + build s | ours run() ms | ours kernels ms | "
              f"{ref_label} eager ms | {ref_label} incl. copies ms | ours/{ref_label} (run vs "
              f"incl. copies) | ours/{ref_label} (kernels vs eager) | max error vs {ref_label} |",
-             "|" + "---|" * 10]
+             "|" + "---|" * 11]
     for r in rows:
         o, t = r.get("ours") or {}, r.get("torch") or {}
+        b0 = r.get("batch_orig", r["batch"])
+        scaled = f" (scaled from {b0})" if b0 != r["batch"] else ""
         if o.get("error"):
-            lines.append(f"| {r['net']} | {r['batch']} | {_f(r.get('build_s'), '{:.1f}')} | "
-                         f"{o['error']} | | | | | | |")
+            lines.append(f"| {r['net']} | {r['batch']} | {r.get('mode', '')} | "
+                         f"{_f(r.get('build_s'), '{:.1f}')} | {o['error']} | | | | | | |")
             continue
         lines.append(
-            f"| {r['net']} | {r['batch']}{' (scaled from ' + str(r['batch_orig']) + ')' if r.get('batch_orig', r['batch']) != r['batch'] else ''} | "
+            f"| {r['net']} | {r['batch']}{scaled} | {r.get('mode', '')} | "
             f"{_f(r.get('build_s'), '{:.1f}')} | {_ms(o.get('run_ms'))} | "
             f"{_ms(o.get('kernels_ms'))} | "
             f"{_ms(t.get('eager_ms')) if t.get('eager_ms') else t.get('note', '-')} | "
@@ -240,13 +244,19 @@ def markdown(doc):
     """The whole report of one bench JSON document."""
     tgt, env = doc["target"], doc.get("environment", {})
     ref_label = doc.get("ref_label", "torch")
-    L = [f"# aotconv bench: {tgt['name']} ({doc['date']})", "",
-         f"Command: `{doc['command']}`", "",
-         f"- Target: {tgt.get('summary', tgt['name'])}; device: {env.get('device', '?')}; "
-         f"FP32 peak {tgt['peak_gflops'] / 1e3:.1f} TFLOP/s, {tgt['peak_gbps']:.0f} GB/s, "
-         f"ridge {tgt['peak_gflops'] / tgt['peak_gbps']:.1f} FLOP/B.",
-         f"- aotconv {doc.get('version', '?')}; mode: {doc.get('mode')}"
-         + (f", budget {doc['budget']}" if doc.get("budget") else "") + "."]
+    L = [f"# aotconv bench: {tgt['name']} ({doc['date']})", ""]
+    if doc.get("commands"):
+        L += ["Commands (their results merged with `aotconv bench --from-json`):", "",
+              *[f"    {c}" for c in doc["commands"]], ""]
+    else:
+        L += [f"Command: `{doc['command']}`", ""]
+    ridge = (f", ridge {tgt['peak_gflops'] / tgt['peak_gbps']:.1f} FLOP/B"
+             if tgt.get("peak_gbps") else "")
+    L += [f"- Target: {tgt.get('summary', tgt['name'])}; device: {env.get('device', '?')}; "
+          f"FP32 peak {tgt['peak_gflops'] / 1e3:.1f} TFLOP/s, {tgt['peak_gbps']:.0f} GB/s"
+          f"{ridge}.",
+          f"- aotconv {doc.get('version', '?')}; mode: {doc.get('mode')}"
+          + (f", budget {doc['budget']}" if doc.get("budget") else "") + "."]
     for name, r in doc.get("refs", {}).items():
         L.append(f"- Reference {name}: {r.get('note', '')}")
     if doc.get("scale"):
