@@ -691,8 +691,12 @@ def cmd_bench(a):
                 doc["sets"][s]["tune_s"] = round(time.monotonic() - t0, 1)
             for i, (_, t) in enumerate(chosen):
                 if opts.out_of_time():
-                    rows.append({**_skeleton(s, t, opts),
-                                 "ours": {"error": "skipped: --deadline reached"}})
+                    ours = {"error": "skipped: --deadline reached"}
+                    c = choices.get(t[0])
+                    if c is not None:                 # keep what the tuning found
+                        ours.update(variant=c.variant, cfg=str(c.cfg), source=c.source,
+                                    tuner_ms=c.time_ms)
+                    rows.append({**_skeleton(s, t, opts), "ours": ours})
                     continue
                 log(f"aotconv bench: [{s} {i + 1}/{len(chosen)}] {t[0]}", a.quiet)
                 row = bench_layer(dev, refs, s, t, opts, choices.get(t[0]))
