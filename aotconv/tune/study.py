@@ -33,7 +33,13 @@ FRACTIONS = (32, 8)
 
 def benchmark_layers(path=None):
     """{name: (N, C, H, W, K, R, S, stride, pad)} of every benchmark set."""
-    path = Path(path) if path else REPO.parent / "shared" / "benchmark_layers.py"
+    if path is None:
+        # the shared copy beside the checkout; on a machine without it (the GPU machine gets
+        # the repository alone) the package's copy, which a test keeps equal to it
+        path = REPO.parent / "shared" / "benchmark_layers.py"
+        if not path.is_file():
+            path = Path(__file__).resolve().parent.parent / "bench_layers.py"
+    path = Path(path)
     spec = importlib.util.spec_from_file_location("benchmark_layers", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
