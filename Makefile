@@ -6,7 +6,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pocl-opencl-icd ocl-icd-opencl-dev opencl-headers ninja-build gcc pkg-config
 NET     ?= lenet5
 
-.PHONY: deps demo test bench-cpu bench-gpu clean
+.PHONY: deps demo test bench-cpu bench-gpu gpu-carry clean
 
 # System packages (PoCL = the CPU OpenCL device, the ICD loader and headers) and a virtualenv
 # with the Python dependencies; each step is skipped when already done.
@@ -29,11 +29,19 @@ demo: deps
 test: deps
 	$(BIN)/python -m pytest -q -x
 
+# The benchmark on this machine's CPU device against PyTorch CPU (pip install torch==2.13.0)
 bench-cpu: deps
-	$(BIN)/aotconv bench --target pocl-cpu
+	$(BIN)/aotconv bench --target pocl-cpu --scale N=1 --no-tune --repeats 5 --warmup 1 \
+	    --max-measure-s 1 --verify-max-gflop 20
 
+# On the GPU machine, with .whl/ and .deb/ carried (make gpu-carry prepares them here);
+# PHASES as in tools/gpu_bench.sh; docs/benchmarks.md says how to merge and commit the results
+PHASES ?= check smoke notune
 bench-gpu:
-	@echo "run tools/gpu_bench.sh on the GPU machine (see docs/benchmarks.md)"
+	bash tools/gpu_bench.sh $(PHASES)
+
+gpu-carry:
+	bash tools/gpu_carry.sh
 
 clean:
 	rm -rf build .pytest_cache
