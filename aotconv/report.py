@@ -72,8 +72,30 @@ def write_report(res, path):
               f"- kernels per run: {len(sch.run_launches)}, in set_params: "
               f"{len(sch.launches) - len(sch.run_launches)}", ""]
     lines += _fusion_and_layouts(sch)
+    lines += _figures(res, path)
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+def _figures(res, path):
+    """The histogram of every tried candidate per layer and the roofline (the report extra:
+    matplotlib); nothing when it is absent or nothing was measured."""
+    from pathlib import Path
+    from . import report_plots
+    out = Path(path).parent
+    choices = res.schedule.choices
+    hist = report_plots.histogram_png(choices, out / "tuning_histogram.png")
+    roof = report_plots.roofline_png(res.net, choices, res.target, out / "roofline.png")
+    lines = []
+    if hist or roof:
+        lines += ["## Figures", ""]
+    if hist:
+        lines += ["Every valid candidate the tuner measured, per layer (time, log scale):", "",
+                  "![tuning histogram](tuning_histogram.png)", ""]
+    if roof:
+        lines += [f"The chosen kernels against {res.target.name}'s roofline:", "",
+                  "![roofline](roofline.png)", ""]
+    return lines
 
 
 def _ms(v):
