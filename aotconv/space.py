@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .variants import for_layer, VARIANTS
+from .variants import active, for_layer
 from .variants.base import Config, Constraint, LEVELS
 
 
@@ -166,7 +166,7 @@ def checked_space(layer, target, cfgs):
     """A LayerSpace of given points only ({variant name: [Config]}), each checked with
     point_ok: what records-only choices need, in milliseconds instead of an enumeration."""
     parts = []
-    for v in VARIANTS:
+    for v in active():
         if v.supports(layer) is not None:
             continue
         knobs = list(v.knobs(layer, target))
@@ -207,7 +207,7 @@ def layer_space(layer, target, variants=None, explain=False):
     """The spaces of every variant that supports `layer` (or of `variants`, when given);
     explain=True also counts every constraint's violations (`aotconv space`)."""
     parts, unsupported = [], []
-    for v in (VARIANTS if variants is None else variants):
+    for v in (active() if variants is None else variants):
         why = v.supports(layer)
         if why is None:
             parts.append(variant_space(layer, v, target, explain))

@@ -1,4 +1,10 @@
-"""The registry of kernel variants: one module per variant, one line here per variant."""
+"""The registry of kernel variants: one module per variant, one line here per variant.
+
+AOTCONV_EXCLUDE_VARIANTS (comma-separated names) leaves variants out of every search and
+choice, e.g. `AOTCONV_EXCLUDE_VARIANTS=conv_winograd` to measure the best non-Winograd
+convolution; an unknown name is an error.
+"""
+import os
 from .eltwise import Eltwise
 from .conv_pool import ConvPoolDirect
 from .layout_convert import LayoutConvert
@@ -43,6 +49,17 @@ VARIANTS = [
 BY_NAME = {v.name: v for v in VARIANTS}
 
 
+def active():
+    """The registry less the variants AOTCONV_EXCLUDE_VARIANTS names."""
+    names = {n.strip() for n in os.environ.get("AOTCONV_EXCLUDE_VARIANTS", "").split(",") if n.strip()}
+    unknown = names - set(BY_NAME)
+    if unknown:
+        from ..errors import AotconvError
+        raise AotconvError(f"AOTCONV_EXCLUDE_VARIANTS names unknown variants {sorted(unknown)}; "
+                           f"known: {', '.join(BY_NAME)}")
+    return [v for v in VARIANTS if v.name not in names]
+
+
 def for_layer(layer):
     """The variants that handle `layer`, in registry order (the first is the plain fallback)."""
-    return [v for v in VARIANTS if v.supports(layer) is None]
+    return [v for v in active() if v.supports(layer) is None]
