@@ -11,11 +11,10 @@ Choice and Stats are frozen (hashable) dataclasses; Stats carries what report.md
 histogram need: counts of candidates tried / pruned / failed by kind, every valid time measured.
 """
 from dataclasses import dataclass, field, asdict
-import sys
 
 from .errors import AotconvError
 from .ops import is_alias, flops as op_flops, bytes_moved
-from .variants import for_layer, BY_NAME
+from .variants import BY_NAME
 from .variants.base import Config
 
 

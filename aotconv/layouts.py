@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import copy
 
 from .graph import Layer, count
-from .ops import is_alias, LAYOUTS
+from .ops import is_alias
 from .passes import consumers
 
 NCHW = "NCHW"

@@ -3,7 +3,6 @@
 spec.py validates the YAML against SCHEMA and calls `normalise` then `infer`; both raise
 OpError(key, message), which spec.py turns into a SpecError naming file, line and layer.
 """
-import math
 
 from .graph import ACTS, ACT_OPS, count
 

@@ -137,7 +137,6 @@ def build_schedule(net, choices, convert=None):
     sch.tensor_buffer = {t: assign[resolve_alias(net, t)]
                          for t in ["input"] + [l.name for l in net.layers]}
 
-    by_layer = {l.name: l for l in net.layers}
     for lname, tname, shape, off in net.param_layout():
         sch.buffers.append(Buffer(f"{lname}.{tname}", 4 * count(shape), "param"))
         sch.params.append(ParamRow(f"{lname}.{tname}", len(sch.buffers) - 1, off, count(shape)))

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .variants import active, for_layer
+from .variants import active
 from .variants.base import Config, Constraint, LEVELS
 
 

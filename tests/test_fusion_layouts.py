@@ -15,7 +15,7 @@ import zlib
 import numpy as np
 import pytest
 
-from aotconv import fusion, harness, layouts, ops, passes, reference, space, spec, variants
+from aotconv import fusion, harness, layouts, ops, passes, reference, spec, variants
 from aotconv import params as params_mod
 from aotconv.choose import Choice
 from aotconv.graph import Layer, count
@@ -309,8 +309,7 @@ def registry(monkeypatch):
     """The plain variants, ours and the test-only NHWC conv first (so it is the fallback of the
     layers it supports)."""
     vs = [ConvNHWC()] + [BY_NAME[n] for n in PLAIN]
-    monkeypatch.setattr(variants, "VARIANTS", vs)
-    monkeypatch.setattr(space, "VARIANTS", vs)
+    monkeypatch.setattr(variants, "VARIANTS", vs)     # space reads it through variants.active()
     monkeypatch.setitem(BY_NAME, ConvNHWC.name, vs[0])
     return vs
 

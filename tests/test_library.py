@@ -1,8 +1,6 @@
 """The emitted library on PoCL: built with ninja, loaded with cffi, linked into a C program,
 compared with the float64 numpy reference, and its error paths."""
-import os
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,7 +104,6 @@ def test_liveness_reuses_buffers(small):
     for l in sch.launches:
         if l.phase != "run":
             continue
-        bufs = [v for k, v in l.args if k == "buf"]
         out = sch.tensor_buffer[l.layer]
         layer = res.net.layer(l.layer)
         assert all(sch.tensor_buffer[t] != out for t in layer.inputs)

@@ -6,7 +6,6 @@ for VGG conv3_2 shrunk by 8, measured on PoCL by
  --variants conv_tiled`.
 """
 from pathlib import Path
-import math
 import statistics
 
 import numpy as np

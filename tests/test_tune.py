@@ -3,23 +3,22 @@
 Every test writes its records under a temporary AOTCONV_CACHE_DIR.
 """
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from aotconv.choose import choose, Choice, Stats
+from aotconv.choose import choose, Choice
 from aotconv.errors import AotconvError
 from aotconv.harness import run_layer, random_inputs, close
 from aotconv.reference import forward
-from aotconv.space import layer_space, Candidate
+from aotconv.space import layer_space
 from aotconv.spec import network_from_dict
 from aotconv.targets import get_target, find_device, with_limits, device_identity
 from aotconv.tune.measure import Measurer, Status
 from aotconv.tune.records import Store, cache_file, read_log
 from aotconv.tune.progress import Progress
 from aotconv.tune.search import tune_layer
-from aotconv.variants.base import Variant, Knob, Launch, In, Out, Config
+from aotconv.variants.base import Variant, Knob, Launch, In, Out
 from aotconv.variants import BY_NAME
 
 POCL = get_target("pocl-cpu")

@@ -24,13 +24,12 @@ with a deadline and kills a process that overstays it, so a hung kernel costs `t
 On a CPU device builds finish before timing starts (they would steal the cores being timed);
 on a GPU they overlap.
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import Enum
 import math
 import multiprocessing
 import os
 import queue
-import threading
 import time
 import traceback
 import zlib

@@ -17,8 +17,7 @@ import numpy as np
 
 from ..errors import AotconvError
 from ..space import layer_space, Candidate
-from ..variants.base import Config
-from .measure import Outcome, Status, FAILURES
+from .measure import Outcome
 from .records import Key
 from .strategies import Evaluator, run as run_strategy, parse as parse_strategy, DEFAULT
 

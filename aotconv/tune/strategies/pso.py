@@ -7,7 +7,6 @@ settings: alpha 0.4, beta 0, gamma 0.4, S = 3 or 6.
 """
 import math
 
-import numpy as np
 
 
 def search(grid, evaluate, rng, S=3, alpha=0.4, beta=0.0, gamma=0.4):
