@@ -40,6 +40,7 @@ class Layer:
     out_shape: tuple = None
     params: list = field(default_factory=list)   # [(tensor name, shape)] in file order
     fused: list = field(default_factory=list)    # names of layers folded into this one
+    index: int = None                 # position in the file (parameter order), when known
 
     @property
     def in_shape(self):
@@ -76,7 +77,9 @@ class Network:
     def param_layout(self):
         """[(layer, tensor, shape, offset)] in the documented order: layers in file order."""
         out, off = [], 0
-        for l in sorted(self.layers, key=lambda l: (l.line or 0)):
+        def file_order(l):
+            return (l.index if l.index is not None else (l.line or 0), l.line or 0)
+        for l in sorted(self.layers, key=file_order):
             for pname, shape in l.params:
                 n = 1
                 for d in shape:

@@ -402,7 +402,7 @@ def _infer_shapes(order, input_shape):
         layers.append(Layer(name=s.name, op=s.op, attrs=s.attrs, inputs=list(s.inputs),
                             line=s.where.m.line if s.where.m.line is not None else s.index + 1,
                             in_shapes=[tuple(x) for x in in_shapes], out_shape=tuple(out),
-                            params=[(p, tuple(sh)) for p, sh in params]))
+                            params=[(p, tuple(sh)) for p, sh in params], index=s.index))
     return layers
 
 

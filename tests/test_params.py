@@ -149,3 +149,15 @@ def test_shipped_layout_follows_file_order():
     assert layers == [x.name for x in file_order]
     assert layers[:3] == ["conv1_7x7_s2", "conv2_3x3_reduce", "conv2_3x3"]
     assert layers[3:6] == ["inception_3a_1x1", "inception_3a_3x3_reduce", "inception_3a_3x3"]
+
+
+def test_layers_on_one_line_keep_file_order(tmp_path):
+    # flow style puts every layer on one line; 'b' reads 'a' so it runs second but is written first
+    p = tmp_path / "flow.yaml"
+    p.write_text("name: t\ninput: [1, 2, 5, 5]\noutputs: [b]\nlayers: [{name: b, op: conv, out: 3, "
+                 "kernel: 1, inputs: [a]}, {name: a, op: conv, out: 2, kernel: 1, inputs: [input]}]\n")
+    from aotconv.spec import load_network
+    net = load_network(str(p))
+    assert [l.name for l in net.layers] == ["a", "b"]
+    assert [(l, t, off) for l, t, _, off in net.param_layout()] == [
+        ("b", "weight", 0), ("b", "bias", 6), ("a", "weight", 9), ("a", "bias", 13)]
