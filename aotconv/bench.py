@@ -161,6 +161,7 @@ def build_runs(dev, layer, variant, cfg, xs, params, copies):
     """LayerRuns of one (variant, cfg) over `copies` buffer sets, sharing one program."""
     import warnings
     from .harness import LayerRun
+    from .reference import to_layout
     first = LayerRun(dev.ctx, dev.queue, layer, variant, cfg)
     runs = [first]
     with warnings.catch_warnings():
@@ -169,10 +170,21 @@ def build_runs(dev, layer, variant, cfg, xs, params, copies):
         for _ in range(copies - 1):
             runs.append(LayerRun(dev.ctx, dev.queue, layer, variant, cfg,
                                  program=first.program, source=first.source))
+    lin = variant.layouts_of(layer, cfg)[0]
+    if lin != "NCHW":                        # the variant reads another storage order
+        xs = [to_layout(x, lin) for x in xs]
     for r in runs:
         r.set_inputs(xs)
         r.set_params(params)
     return runs
+
+
+def logical_output(run):
+    """The output of a LayerRun as the logical NCHW array, whatever order the variant wrote."""
+    from .reference import from_layout
+    lout = run.variant.layouts_of(run.layer, run.cfg)[1]
+    out = run.read_output()
+    return out if lout == "NCHW" else from_layout(out.ravel(), lout, run.layer.out_shape)
 
 
 class Reference:
@@ -245,7 +257,7 @@ def best_fallback(dev, layer, xs, params, ref, opts, quick_repeats=3):
             runs = build_runs(dev, layer, v, cfg, xs, params, 1)
             runs[0].poison_output()
             runs[0].run()
-            chk = ref.check(runs[0].read_output())
+            chk = ref.check(logical_output(runs[0]))
             if chk.get("ok") is False:
                 entry["error"] = f"wrong (max scaled error {chk['error']:.2g})"
             else:
@@ -389,7 +401,7 @@ def bench_layer(dev, refs, set_name, t, opts, choice=None):
         ours["launches"] = len([l for l in runs[0].launches if l.phase == "run"])
         runs[0].poison_output()
         runs[0].run()
-        ours["verify"] = ref.check(runs[0].read_output())
+        ours["verify"] = ref.check(logical_output(runs[0]))
         warm, reps = counts(first_ms(runs[-1], dev.queue), opts)
         times = time_runs(runs, dev.queue, reps, warm)
         ours.update(ms=float(np.median(times)), times=_round(times))

@@ -294,6 +294,35 @@ def test_one_layer_through_the_bench_path():
     assert row["roofline"]["bound"] in ("launch", "bandwidth", "compute")
 
 
+@pytest.mark.skipif(not pocl(), reason="no PoCL device")
+@pytest.mark.parametrize("layout", ["CHWN", "NHWC"])
+def test_the_bench_verifies_variants_of_another_storage_order(layout):
+    """A kernel that reads and writes CHWN/NHWC gets its input in that order and its output
+    read back to NCHW before the check (a bench once marked correct CHWN kernels WRONG)."""
+    from aotconv.choose import Choice
+    from aotconv.space import point_ok
+    from aotconv.targets import TARGETS
+    from aotconv.variants import BY_NAME
+    from aotconv.variants.base import Config
+    dev = bench.Device(TARGETS["pocl-cpu"])
+    refs = bench.Refs([], dev, quiet=True)
+    a = argparse.Namespace(no_tune=False, budget=None, set_budget=None, e2e_budget=None,
+                           strategy=None, quiet=True, scale="N=4", repeats=2, warmup=1, seed=0,
+                           verify_images=2, verify_max_gflop=10.0, max_measure_s=1.0,
+                           workdir="build/bench", target="pocl-cpu", deadline=None, jobs=None)
+    opts = bench.Options(a, dev.target)
+    t = ("tiny.k3", 4, 8, 9, 7, 16, 3, 3, 1, 1)
+    layer, _ = bench.conv_layer(t, opts.max_batch)
+    v = BY_NAME["conv_igemm"]
+    cfg = Config.from_dict({**v.fallback(layer, dev.target).as_dict(), "LAYOUT": layout})
+    assert point_ok(layer, v, cfg, dev.target)
+    assert v.layouts_of(layer, cfg) == (layout, layout)
+    row = bench.bench_layer(dev, refs, "tiny", t, opts,
+                            choice=Choice("conv_igemm", cfg, 1.0, "tuned"))
+    assert "error" not in row["ours"], row["ours"]
+    assert row["ours"]["verify"]["ok"], row["ours"]["verify"]
+
+
 def test_repeats_shrink_for_slow_kernels_and_budgets_for_the_deadline():
     import time
     o = argparse.Namespace(repeats=30, warmup=5, max_measure_s=3.0)
