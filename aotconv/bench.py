@@ -428,8 +428,10 @@ def tune_layers(dev, layers, opts, budget=None):
     """{name: Choice} from the tuner for independent `layers` sharing one budget."""
     from .choose import choose
     net = one_layer_net(layers)
+    # each layer of a set counts once in its geometric mean: the set budget is shared equally
     return choose(net, dev.target, mode="tune", budget=budget or opts.budget,
-                  strategy=opts.strategy, quiet=opts.quiet, measurer=opts.measurer(dev))
+                  strategy=opts.strategy, quiet=opts.quiet, measurer=opts.measurer(dev),
+                  share="equal")
 
 
 # -- end to end -------------------------------------------------------------------------------
@@ -841,8 +843,8 @@ def add_commands(sub):
     b.add_argument("--layers", help="comma-separated globs on layer names (alex.conv*, "
                    "boda.0*)")
     b.add_argument("--budget", help="tuning budget per layer: trials (40) or time (30s)")
-    b.add_argument("--set-budget", help="tuning budget per set, shared among its layers by "
-                   "their cost (the tuner's network budget)")
+    b.add_argument("--set-budget", help="tuning budget per set, shared equally among its "
+                   "layers (each counts once in the set's geometric mean)")
     b.add_argument("--e2e-budget", help="tuning budget per end-to-end network (default: the "
                    "tuner's)")
     b.add_argument("--strategy", help="tuner search strategy (see `aotconv tune --help`)")

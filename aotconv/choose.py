@@ -131,10 +131,12 @@ def _choice_of(result, source):
 
 def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=None,
            require_tuned=False, quiet=False, json_progress=False, jobs=None, seed=0,
-           progress=None, measurer=None, only=None):
+           progress=None, measurer=None, only=None, share="cost"):
     """{layer name: Choice} for every layer that runs a kernel (aliases excluded).
 
-    budget: trials (200), time ('10m') or None (up to 64 trials per unique layer);
+    budget: trials (200), time ('10m') or None (up to 64 trials per unique layer), shared
+    among the unique layers by roofline cost (share="cost": the network's time) or equally
+    (share="equal": independent layers each judged on its own, as the benchmark sets are);
     strategy: a name from tune.strategies (options as 'annealing:T=6'); jobs: parallel
     compiles (default: every core); only: layer names to consider (the rest are left out).
     """
@@ -167,7 +169,8 @@ def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=No
         measurer = measurer or Measurer(live, jobs=jobs)
         try:
             results = search.tune_network(groups, live, measurer, store, device, budget=budget,
-                                          strategy=strategy, seed=seed, progress=progress)
+                                          strategy=strategy, seed=seed, progress=progress,
+                                          share_by=share)
         finally:
             if own:
                 measurer.close()

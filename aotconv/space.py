@@ -216,6 +216,82 @@ def layer_space(layer, target, variants=None, explain=False):
     return LayerSpace(layer, target, parts, unsupported)
 
 
+def enumerate_plain(layers, target):
+    """[(parts, unsupported)] of each layer's pruned space as plain, picklable data (the
+    constraints hold lambdas; `layer_spaces` rebuilds them)."""
+    out = []
+    for layer in layers:
+        sp = layer_space(layer, target)
+        out.append(([(p.variant.name, p.total, [c.items for c in p.points], p.first, p.errors)
+                     for p in sp.parts], sp.unsupported))
+    return out
+
+
+# below this many layers the worker processes' start-up (importing numpy and aotconv, about a
+# second each) costs more than it saves
+PARALLEL_MIN_LAYERS = 4
+
+
+def layer_spaces(layers, target, jobs=None):
+    """[LayerSpace] of several layers, the same as [layer_space(l, target) for l in layers],
+    enumerated by `jobs` worker processes (default: one per core) when there are enough
+    layers: the big spaces take seconds each, a 43-layer set minutes on one core. The
+    workers are fresh interpreters (`python -m aotconv._space_worker`), so the caller's script
+    is never re-imported; if they fail, the enumeration runs here."""
+    import os
+    jobs = min(jobs or os.cpu_count() or 1, len(layers))
+    if jobs <= 1 or len(layers) < PARALLEL_MIN_LAYERS:
+        return [layer_space(l, target) for l in layers]
+    try:
+        done = _enumerate_in_workers(layers, target, jobs)
+    except Exception as e:                       # the workers are an optimisation only
+        import warnings
+        warnings.warn(f"parallel space enumeration failed ({type(e).__name__}: {e}); "
+                      f"enumerating in this process")
+        return [layer_space(l, target) for l in layers]
+    from .variants import BY_NAME
+    out = []
+    for layer, (parts, unsupported) in zip(layers, done):
+        vs = []
+        for name, total, points, first, errors in parts:
+            v = BY_NAME[name]
+            own = sorted(v.constraints, key=lambda c: LEVELS.index(c.level))
+            vs.append(VariantSpace(v, list(v.knobs(layer, target)), total,
+                                   [Config(items) for items in points],
+                                   own + device_constraints(v, target), first, {}, errors))
+        out.append(LayerSpace(layer, target, vs, unsupported))
+    return out
+
+
+def _enumerate_in_workers(layers, target, jobs):
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+    chunks = [list(range(i, len(layers), jobs)) for i in range(jobs)]
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)      # where `aotconv` is importable
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+
+    def one(idx):
+        r = subprocess.run([sys.executable, "-m", "aotconv._space_worker"],
+                           input=pickle.dumps(([layers[i] for i in idx], target)),
+                           capture_output=True, env=env, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.decode(errors="replace").strip().splitlines()[-1:]
+                               or f"exit {r.returncode}")
+        return pickle.loads(r.stdout)
+
+    done = [None] * len(layers)
+    with ThreadPoolExecutor(jobs) as ex:
+        for idx, res in zip(chunks, ex.map(one, chunks)):
+            for i, r in zip(idx, res):
+                done[i] = r
+    return done
+
+
 def report(space):
     """Text for `aotconv space`: sizes before and after pruning and each constraint's toll."""
     l, t = space.layer, space.target

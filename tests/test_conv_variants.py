@@ -174,6 +174,54 @@ def test_against_reference(cl_ctx, name, lid, cfg):
     assert ok, f"{name} [{cfg}] on {lid}: max relative error {err:.3g}"
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "CHWN", "NHWC"])
+@pytest.mark.parametrize("lid,ksplit,dbuf", [("k3_p1_relu", 2, 1), ("k3_p1_relu", 3, 0),
+                                             ("k3x2_s2x1_d1x2_g3_tanh", 2, 0),
+                                             ("k3_32to48_p1_relu", 3, 1),
+                                             ("k3_32to48_p1_relu", 8, 0)])
+def test_igemm_split_k(cl_ctx, lid, layout, ksplit, dbuf):
+    """Split-K: slices park partials, the last to arrive sums them in slice order and runs the
+    epilogue (bias, act, layout); the arrival counters reset, so a second run is right too.
+    The device-level rule that keeps split-K to GPUs with idle compute units is left out here:
+    PoCL's two cores would never see it."""
+    v, layer = BY_NAME["conv_igemm"], layer_of(lid)
+    xs, prm, ref = data_of(lid)
+    cfg = Config.of(MDIM=2, NDIM=2, MBLK=8, NBLK=8, KBLK=8, VW=2, UNROLL=1, LPAD=0, DBUF=dbuf,
+                    LAYOUT=layout, KSPLIT=ksplit)
+    bad = [c.name for c in v.constraints
+           if c.level != "hardware" and not c.check(layer, cfg, POCL)]
+    assert not bad, bad
+    lin, lout = v.layouts_of(layer, cfg)
+    x = reference.to_layout(xs[0], lin).reshape(layer.in_shape)
+    r = harness.LayerRun(*cl_ctx, layer, v, cfg)
+    r.set_inputs([x])
+    r.set_params(prm)
+    for attempt in range(2):
+        r.poison_output()
+        r.run()
+        out = reference.from_layout(r.read_output().ravel(), lout, layer.out_shape)
+        ok, err = harness.close(out, ref)
+        assert ok, f"run {attempt}: max relative error {err:.3g}"
+
+
+def test_split_k_only_where_tiles_leave_units_idle():
+    """On the H100, Boda's 1x1 conv over 7x7 images (a few dozen 32x32 tiles) gets split-K
+    points; AlexNet's conv3 at batch 128 (thousands of tiles) gets none."""
+    from aotconv.space import variant_space
+    from aotconv.bench import conv_layer
+    v = BY_NAME["conv_igemm"]
+    small, _ = conv_layer(("boda.02", 5, 832, 7, 7, 256, 1, 1, 1, 0))
+    big, _ = conv_layer(("alex.conv3", 128, 256, 13, 13, 384, 3, 3, 1, 1))
+    sp = variant_space(small, v, H100, explain=False)
+    splits = {c["KSPLIT"] for c in sp.points}
+    assert {1, 2, 4, 8} <= splits          # 16 slices of 832 would leave one empty
+    assert all(v.scratch_floats(small, c) * 4 <= 64 << 20 for c in sp.points)
+    cfg = Config.of(MDIM=8, NDIM=8, MBLK=32, NBLK=32, KBLK=16, VW=4, UNROLL=0, LPAD=0, DBUF=1,
+                    LAYOUT="NCHW", KSPLIT=4)
+    assert "split_k_fills_idle_units" in violations(v, big, cfg, H100)
+    assert not violations(v, small, cfg, H100)
+
+
 # -- device-free --------------------------------------------------------------------------------
 
 BIG = {   # benchmark-sized layers: the fallbacks must stay valid where tiles are large
@@ -238,11 +286,11 @@ def test_gpu_points_survive_pruning():
                         ("vgg_conv5_1", 64, 64), ("alexnet_conv1_n128", 128, 128),
                         ("alexnet_conv1_n128", 64, 128)):
         cfg = Config.of(MDIM=16, NDIM=16, MBLK=mb, NBLK=nb, KBLK=16, VW=4, UNROLL=0,
-                        LPAD=0, DBUF=1, LAYOUT="NCHW")
+                        LPAD=0, DBUF=1, LAYOUT="NCHW", KSPLIT=1)
         assert not violations(v, BIG[lid], cfg, H100), (lid, cfg)
     # ... and a K = 64 layer does not waste half of a 128-row tile
     cfg = Config.of(MDIM=16, NDIM=16, MBLK=128, NBLK=128, KBLK=16, VW=4, UNROLL=0, LPAD=0,
-                    DBUF=1, LAYOUT="NCHW")
+                    DBUF=1, LAYOUT="NCHW", KSPLIT=1)
     assert violations(v, BIG["vgg_conv1_1"], cfg, H100) == ["m_tile_not_oversized"]
     k1, layer = BY_NAME["conv_1x1"], BIG["inception_1x1_n5"]     # 7x7 pixels: no float4
     assert not violations(k1, layer, Config.of(MT=8, NT=8, MB=16, NB=16, KB=16, VW=1), H100)
@@ -254,7 +302,7 @@ def test_pruning_reasons():
     """Points that break the named rules are pruned by them."""
     v, layer = BY_NAME["conv_igemm"], BIG["vgg_conv5_1"]
     base = dict(MDIM=16, NDIM=16, MBLK=128, NBLK=128, KBLK=16, VW=4, UNROLL=0, LPAD=0, DBUF=1,
-                LAYOUT="NCHW")
+                LAYOUT="NCHW", KSPLIT=1)
     assert "m_tile_whole_vectors" in violations(v, layer, Config.from_dict({**base, "MBLK": 32}), H100)
     assert "lpad_only_when_strided" in violations(v, layer, Config.from_dict({**base, "LPAD": 1}), H100)
     big = Config.from_dict({**base, "MDIM": 32, "NDIM": 32})       # 1024 work-items
@@ -270,7 +318,7 @@ def test_guards_only_where_needed():
     v = BY_NAME["conv_igemm"]
     exact = layer_of("exact_tiles_nopad")           # N*P*Q = 64, C*R*S = 144, K = 32
     cfg = Config.of(MDIM=8, NDIM=8, MBLK=32, NBLK=64, KBLK=16, VW=4, UNROLL=0, LPAD=0, DBUF=1,
-                    LAYOUT="NCHW")
+                    LAYOUT="NCHW", KSPLIT=1)
     assert not violations(v, exact, cfg, POCL)
     src = v.render(exact, cfg, "k")
     assert "(uint)" not in src and "NPQ - 1" not in src and "rowok" not in src

@@ -190,3 +190,26 @@ def test_budget_shared_by_cost_and_capped_by_space():
     assert share(4, [1, 1, 1, 1], [5, 5, 5, 5]) == [1, 1, 1, 1]
     s = share(10.0, [1, 3], [float("inf")] * 2, floor=0.0)
     assert s == pytest.approx([2.5, 7.5])
+
+
+def test_parallel_enumeration_equals_the_sequential_one():
+    """layer_spaces enumerates in worker processes; the points, counts and constraints it
+    rebuilds are those of layer_space, layer by layer."""
+    from aotconv.space import layer_spaces
+    from aotconv.bench import conv_layer
+    t = TARGETS["h100"]
+    layers = [conv_layer(tup, None)[0] for tup in [("a", 2, 8, 9, 9, 16, 3, 3, 1, 1),
+                                                   ("b", 1, 32, 7, 7, 24, 1, 1, 1, 0),
+                                                   ("c", 2, 4, 12, 12, 8, 5, 5, 2, 0)]]
+    import aotconv.space as space
+    space.PARALLEL_MIN_LAYERS = 2           # three layers: use the workers anyway
+    par = layer_spaces(layers, t, jobs=2)
+    seq = [layer_space(l, t) for l in layers]
+    for a, b in zip(par, seq):
+        assert [p.variant.name for p in a.parts] == [p.variant.name for p in b.parts]
+        assert a.unsupported == b.unsupported
+        for pa, pb in zip(a.parts, b.parts):
+            assert (pa.total, pa.first) == (pb.total, pb.first)
+            assert pa.points == pb.points and len(pa.points) > 0
+            assert [c.name for c in pa.constraints] == [c.name for c in pb.constraints]
+        assert a.candidates == b.candidates

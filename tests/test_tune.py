@@ -74,6 +74,26 @@ def test_tuning_a_small_network_end_to_end(cache):
         {n: (c.variant, c.cfg, "record") for n, c in ch.items()}
 
 
+def test_network_budget_shared_by_cost_or_equally(cache, monkeypatch):
+    """share="cost" (a network's time) gives the conv most trials; share="equal" (the bench's
+    independent layers) gives every unique layer the same count."""
+    net = network_from_dict({"name": "mixed", "input": [1, 16, 24, 24], "layers": [
+        {"name": "r1", "op": "relu"},
+        {"name": "t1", "op": "tanh"},
+        {"name": "c1", "op": "conv", "out": 64, "kernel": 3, "pad": 1}]})  # 9x their cost
+    sizes = {n: len(layer_space(net.layer(n), with_limits(POCL, find_device(POCL)[1])).candidates)
+             for n in ("c1", "r1", "t1")}
+    assert min(sizes.values()) >= 4
+    by_cost = choose(net, "pocl-cpu", budget=12, strategy="random", jobs=2, quiet=True)
+    assert by_cost["c1"].stats.tried > by_cost["r1"].stats.tried + by_cost["t1"].stats.tried
+    monkeypatch.setenv("AOTCONV_CACHE_DIR", str(cache.parent / "fresh"))   # no records reused
+    again = choose(net, "pocl-cpu", budget=12, strategy="random", jobs=2, quiet=True,
+                   share="equal")
+    assert [again[n].stats.tried for n in ("c1", "r1", "t1")] == [4, 4, 4]
+    with pytest.raises(AotconvError, match="budget sharing"):
+        choose(net, "pocl-cpu", budget=12, quiet=True, share="fair")
+
+
 # -- resume ------------------------------------------------------------------------------------
 
 class Interrupt(Progress):

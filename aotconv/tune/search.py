@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 
 from ..errors import AotconvError
-from ..space import layer_space, Candidate
+from ..space import layer_space, layer_spaces, Candidate
 from .measure import Outcome
 from .records import Key
 from .strategies import Evaluator, run as run_strategy, parse as parse_strategy, DEFAULT
@@ -211,13 +211,17 @@ def unique_layers(layers):
 
 
 def tune_network(groups, target, measurer, store, device, *, budget=None, strategy=DEFAULT,
-                 seed=0, progress=None):
-    """{signature: LayerResult} for each group of identical layers, sharing `budget`."""
+                 seed=0, progress=None, share_by="cost"):
+    """{signature: LayerResult} for each group of identical layers, sharing `budget` by
+    roofline cost times occurrences (share_by="cost") or equally (share_by="equal")."""
+    if share_by not in ("cost", "equal"):
+        raise AotconvError(f"unknown budget sharing '{share_by}': use cost or equal")
     parse_strategy(strategy)
     budget = parse_budget(budget)
-    spaces = [layer_space(g[0], target) for g in groups]
+    spaces = layer_spaces([g[0] for g in groups], target)
     sizes = [len(s.candidates) for s in spaces]
-    weights = [est_seconds(g[0], target) * len(g) for g in groups]
+    weights = [est_seconds(g[0], target) * len(g) if share_by == "cost" else 1.0
+               for g in groups]
     results = {}
     pool = budget.amount
     for i, (g, sp) in enumerate(zip(groups, spaces)):

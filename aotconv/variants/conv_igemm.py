@@ -14,8 +14,17 @@ Layouts: LAYOUT is the layout of both the input read and the output written: NCH
 default and the fallback), CHWN (BEAST's choice: the batch is the contiguous dimension, so a
 tile's pixels are consecutive images) or NHWC (channels contiguous: the B tile is then loaded
 along the reduction, with reduction order (r, s, c)).
+
+Split-K (KSPLIT > 1), for layers with too few output tiles to fill the device (Boda's 1x1
+convolutions over 7x7 and 14x14 images: a few dozen tiles, each a long chain of KBLK steps):
+the reduction is cut into KSPLIT slices along a third grid dimension. Each slice parks its
+partial tile in the shared scratch buffer and bumps an arrival counter of the tile (an integer
+atomic); the last slice to arrive sums the KSPLIT partials in slice order (so the result does
+not depend on arrival order), runs the epilogue and resets the counter for the next run. One
+launch, no second reduction kernel; the counters are zeroed once, in set_params.
 """
-from .base import Variant, Knob, Constraint, Config, Launch, In, Out, Param, Buffer, ceil_div, round_up
+from .base import (Variant, Knob, Constraint, Config, Launch, In, Out, Param, Buffer, Scratch,
+                   ceil_div, round_up)
 
 LAYOUTS = ("NCHW", "CHWN", "NHWC")
 
@@ -120,6 +129,32 @@ def _work_groups(layer, c):
     return ceil_div(m, c["MBLK"]) * ceil_div(n, c["NBLK"]) * layer.attrs["groups"]
 
 
+def _ktiles(layer, c):
+    return ceil_div(_gemm_dims(layer)[2], c["KBLK"])
+
+
+def _kt_per_split(layer, c):
+    return ceil_div(_ktiles(layer, c), c["KSPLIT"])
+
+
+def _split_fills_device(layer, c, t):
+    """KSPLIT > 1 only where the output tiles alone leave compute units idle, and no more
+    slices than bring the work-groups to a few per compute unit."""
+    if c["KSPLIT"] == 1:
+        return True
+    fill = t.compute_units * max(1, t.min_wg_per_cu)
+    wgs = _work_groups(layer, c)
+    return wgs < fill and wgs * c["KSPLIT"] <= 4 * fill
+
+
+# Partial tiles of split-K live in the shared scratch buffer; beyond this it is not worth it
+_MAX_PARTIAL_BYTES = 64 << 20
+
+
+def _partial_floats(layer, c):
+    return _work_groups(layer, c) * c["KSPLIT"] * c["MBLK"] * c["NBLK"] if c["KSPLIT"] > 1 else 0
+
+
 # A tile this size keeps a big GPU's compute unit busy; a layer with at least this many tiles
 # per wanted work-group is "large enough" to ask for min_wg_per_cu work-groups per CU.
 _OCCUPANCY_TILE = 64 * 64
@@ -130,7 +165,7 @@ def _enough_work_groups(layer, c, t):
     want = t.min_wg_per_cu * t.compute_units
     if m * n * layer.attrs["groups"] < want * _OCCUPANCY_TILE:
         return True                                 # too small to fill the device anyway
-    return _work_groups(layer, c) >= want
+    return _work_groups(layer, c) * c["KSPLIT"] >= want
 
 
 def simd_groups_ok(wg, target):
@@ -156,11 +191,11 @@ _FALLBACKS = {
                       (16, 16, 64, 64, 16, 4), (8, 16, 32, 64, 16, 4), (16, 8, 64, 32, 16, 4),
                       (8, 16, 16, 64, 16, 2), (16, 8, 64, 16, 16, 2), (8, 8, 32, 32, 16, 4),
                       (8, 8, 16, 32, 16, 2), (8, 8, 32, 16, 16, 2), (8, 8, 16, 16, 16, 2),
-                      (8, 8, 16, 16, 8, 1), UNROLL=0, LPAD=0, DBUF=1, LAYOUT="NCHW"),
+                      (8, 8, 16, 16, 8, 1), UNROLL=0, LPAD=0, DBUF=1, LAYOUT="NCHW", KSPLIT=1),
     # PoCL runs a work-group's items in a loop between barriers: 2 work-items with 16 x 8
     # accumulators each measured best (docs/variants/conv_igemm.md)
     "cpu": _fallbacks((1, 2, 16, 16, 8, 1), (2, 2, 16, 32, 8, 4), (2, 2, 16, 16, 8, 1),
-                      UNROLL=1, LPAD=0, DBUF=0, LAYOUT="NCHW"),
+                      UNROLL=1, LPAD=0, DBUF=0, LAYOUT="NCHW", KSPLIT=1),
 }
 
 
@@ -169,7 +204,20 @@ class ConvIgemm(Variant):
     ops = ("conv",)
     template = "kernels/conv_igemm.cl.mako"
 
+    scratch = True              # split-K partial tiles
+
     constraints = (
+        Constraint("split_k_fills_idle_units", "hardware",
+                   "split-K only where the output tiles leave compute units idle, into at most "
+                   "as many slices as bring the work-groups to 4 per compute unit",
+                   _split_fills_device),
+        Constraint("split_k_slices_nonempty", "algorithm",
+                   "every K slice gets at least one KBLK step",
+                   lambda l, c, t: c["KSPLIT"] == 1 or
+                   (c["KSPLIT"] - 1) * _kt_per_split(l, c) < _ktiles(l, c)),
+        Constraint("split_k_partials_fit", "software",
+                   "split-K partial tiles above 64 MiB of scratch",
+                   lambda l, c, t: 4 * _partial_floats(l, c) <= _MAX_PARTIAL_BYTES),
         Constraint("m_tile_whole_vectors", "algorithm",
                    "each work-item holds MTHD = MBLK/MDIM rows as whole VW-wide vectors",
                    lambda l, c, t: c["MBLK"] % (c["MDIM"] * c["VW"]) == 0),
@@ -235,7 +283,9 @@ class ConvIgemm(Variant):
                 Knob("LPAD", (0, 1), "floats of padding per local B row (bank conflicts)"),
                 Knob("DBUF", (1, 0), "double buffering: prefetch the next tile into registers "
                                      "while multiplying the current one, one barrier per step"),
-                Knob("LAYOUT", LAYOUTS, "layout of the input read and the output written")]
+                Knob("LAYOUT", LAYOUTS, "layout of the input read and the output written"),
+                Knob("KSPLIT", (1, 2, 4, 8, 16), "reduction slices (split-K); the last slice to "
+                                                 "finish a tile sums the partials")]
 
     def fallback(self, layer, target):
         return first_valid(self, layer, target, _FALLBACKS[_kind(target)],
@@ -267,6 +317,7 @@ class ConvIgemm(Variant):
             MTHD=c["MBLK"] // c["MDIM"], NTHD=c["NBLK"] // c["NDIM"], WG=_wg(c),
             NPQ=npq, CRS=crs, CRSP=round_up(crs, c["KBLK"]), KGP=round_up(m, c["MBLK"]),
             MTILES=ceil_div(m, c["MBLK"]), NTILES=ceil_div(npq, c["NBLK"]),
+            KT_PER=_kt_per_split(layer, c),
             LDA=c["MBLK"], LDB=c["NBLK"] + c["LPAD"],
             AVEC=c["MBLK"] // c["VW"], A_ITERS=c["KBLK"] * c["MBLK"] // (_wg(c) * c["VW"]),
             B_ALONG=along, BCOLS=cols, B_COLSTEP=colstep, BROWS=rows, B_ROWSTEP=rowstep,
@@ -285,8 +336,14 @@ class ConvIgemm(Variant):
 
     def buffers(self, layer, cfg):
         m, _, crs = _gemm_dims(layer)
-        return {"wpack": layer.attrs["groups"] * round_up(crs, cfg["KBLK"])
-                * round_up(m, cfg["MBLK"])}
+        out = {"wpack": layer.attrs["groups"] * round_up(crs, cfg["KBLK"])
+               * round_up(m, cfg["MBLK"])}
+        if cfg["KSPLIT"] > 1:
+            out["ksem"] = _work_groups(layer, cfg)          # one arrival counter per tile
+        return out
+
+    def scratch_floats(self, layer, cfg):
+        return _partial_floats(layer, cfg)
 
     def launches(self, layer, cfg, prefix):
         m, npq, crs = _gemm_dims(layer)
@@ -294,9 +351,16 @@ class ConvIgemm(Variant):
         packed = g * round_up(crs, cfg["KBLK"]) * round_up(m, cfg["MBLK"])
         gsize = (ceil_div(npq, cfg["NBLK"]) * cfg["NDIM"],
                  ceil_div(m, cfg["MBLK"]) * g * cfg["MDIM"])
-        return [Launch(f"{prefix}_pack", _PACK_ARGS, (round_up(packed, 64),), (64,), phase="setup"),
-                Launch(prefix, _RUN_ARGS[bool(layer.attrs["bias"])], gsize,
-                       (cfg["NDIM"], cfg["MDIM"]))]
+        lsize = (cfg["NDIM"], cfg["MDIM"])
+        bias = bool(layer.attrs["bias"])
+        out = [Launch(f"{prefix}_pack", _PACK_ARGS, (round_up(packed, 64),), (64,), phase="setup")]
+        if cfg["KSPLIT"] == 1:
+            return out + [Launch(prefix, _RUN_ARGS[bias], gsize, lsize)]
+        tiles = _work_groups(layer, cfg)
+        return out + [Launch(f"{prefix}_zero", (Buffer("ksem"),), (round_up(tiles, 64),), (64,),
+                             phase="setup"),
+                      Launch(prefix, _RUN_ARGS[bias] + (Scratch(), Buffer("ksem")),
+                             gsize + (cfg["KSPLIT"],), lsize + (1,))]
 
 
 _PACK_ARGS = (Param("weight"), Buffer("wpack"))

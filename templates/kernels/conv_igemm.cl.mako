@@ -30,6 +30,9 @@ def define(name, value, comment=""):
     if KCHK and not (HCHK or WCHK):
         terms.append("rowok")
     bcond = " && ".join(terms)
+    # store guards: columns past N, and (split-K) the slices that are not the last to arrive
+    skip_n = " || ".join((["n >= NPQ"] if NCHK else []) + (["!last"] if KSPLIT > 1 else []))
+    keep_n = " && ".join((["n < NPQ"] if NCHK else []) + (["last"] if KSPLIT > 1 else []))
 %>\
 // ${prefix}: convolution as a local-memory implicit GEMM (${variant}, after BEAST)
 //   in ${BATCH}x${C}x${H}x${W} -> out ${BATCH}x${K}x${P}x${Q}, kernel ${R}x${S}, stride ${SH}x${SW},
@@ -50,6 +53,7 @@ ${define("UNROLL", UNROLL, "unroll of the KBLK loop (0 = fully)")}
 ${define("LPAD", LPAD, "floats of padding per local B row")}
 ${define("DBUF", DBUF, "prefetch tile k+1 into registers during tile k")}
 ${define("LAYOUT_" + LAYOUT, 1, "layout of the input read and the output written")}
+${define("KSPLIT", KSPLIT, "reduction slices (split-K)")}
 ${define("MTHD", MTHD, "accumulator rows per work-item (MBLK/MDIM)")}
 ${define("NTHD", NTHD, "accumulator columns per work-item (NBLK/NDIM)")}
 ${define("WG", "(MDIM * NDIM)")}
@@ -79,6 +83,7 @@ ${define("CRSP", CRSP, "... padded to whole KBLK steps")}
 ${define("KGP", KGP, "M padded to whole MBLK tiles")}
 ${define("MTILES", MTILES, "MBLK tiles per group")}
 ${define("KTILES", "(CRSP / KBLK)")}
+${define("KT_PER", KT_PER, "KBLK steps per reduction slice")}
 // strides of the input (X_) and output (Y_) layouts
 ${define("X_SN", xs_n)}
 ${define("X_SC", xs_c)}
@@ -125,6 +130,17 @@ void ${prefix}_pack(__global const float* restrict w, __global float* restrict w
     }
     wp[i] = v;
 }
+% if KSPLIT > 1:
+
+// The arrival counters of split-K, one per output tile: zeroed once (run() leaves them zero).
+__kernel __attribute__((reqd_work_group_size(64, 1, 1)))
+void ${prefix}_zero(__global int* restrict sem)
+{
+    const int i = get_global_id(0);
+    if (i < ${NTILES * MTILES * G})
+        sem[i] = 0;
+}
+% endif
 <%def name="load_tile(kt)">\
 // weights: KBLK x MBLK, aligned vectors, no checks (packed and padded)
 #pragma unroll
@@ -216,13 +232,19 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
 % if has_bias:
                __global const float* restrict bias,
 % endif
-               __global float* restrict y)
+               __global float* restrict y${",\n               __global float* restrict part, __global int* restrict sem" if KSPLIT > 1 else ""})
 {
     const int tn = get_local_id(0), tm = get_local_id(1);
     const int tid = tm * NDIM + tn;
     const int n0 = get_group_id(0) * NBLK;
     const int g = get_group_id(1) / MTILES;
     const int m0 = get_group_id(1) % MTILES * MBLK;
+% if KSPLIT > 1:
+    const int slice = get_group_id(2);
+    const int kt0 = slice * KT_PER, kt1 = min(KTILES, kt0 + KT_PER);   // this slice's K steps
+% else:
+    const int kt0 = 0, kt1 = KTILES;
+% endif
     __global const float* const wg = wp + g * (CRSP * KGP) + m0;
 
     // declared as float4: vector accesses to local memory stay aligned
@@ -230,6 +252,9 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
     __local float4 Bbuf4[(NBUF * B_SIZE + 3) / 4];
     __local float* const Abuf = (__local float*)Abuf4;
     __local float* const Bbuf = (__local float*)Bbuf4;
+% if KSPLIT > 1:
+    __local int arrived;                 // split-K: how many slices reached the tile before this one
+% endif
 
     // Where this work-item loads the input tile, and per column the input offset of its
     // window's top-left tap (ih0, iw0 kept where the padding needs a check). A column past N
@@ -280,22 +305,22 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
 % if DBUF:
     // tile 0 into buffer 0; then each step loads tile kt+1 into registers, multiplies tile kt
     // and stores tile kt+1 into the other buffer: one barrier per step
-${indent(capture(load_tile, "0"), 4)}\
+${indent(capture(load_tile, "kt0"), 4)}\
 ${indent(capture(store_tile, "0"), 4)}\
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int kt = 0; kt < KTILES; ++kt) {
-        const int cur = kt & 1;
-        if (kt + 1 < KTILES) {
+    for (int kt = kt0; kt < kt1; ++kt) {
+        const int cur = (kt - kt0) & 1;
+        if (kt + 1 < kt1) {
 ${indent(capture(load_tile, "(kt + 1)"), 12)}\
         }
 ${indent(capture(multiply, "cur"), 8)}\
-        if (kt + 1 < KTILES) {
+        if (kt + 1 < kt1) {
 ${indent(capture(store_tile, "1 - cur"), 12)}\
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 % else:
-    for (int kt = 0; kt < KTILES; ++kt) {
+    for (int kt = kt0; kt < kt1; ++kt) {
 ${indent(capture(load_tile, "kt"), 8)}\
 ${indent(capture(store_tile, "0"), 8)}\
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -304,6 +329,40 @@ ${indent(capture(multiply, "0"), 8)}\
     }
 % endif
 
+% if KSPLIT > 1:
+    // split-K: park this slice's partial tile in scratch, laid out [tile][slice][vector][tid]
+    // (coalesced); the last slice to arrive at the tile sums all KSPLIT partials in slice
+    // order, its own from registers, and stores the tile; the others run the epilogue with
+    // their stores off (PoCL miscompiled the store guards inside a branch on the arrival).
+    const int tile = get_group_id(1) * get_num_groups(0) + get_group_id(0);
+    __global floatV* const pt = (__global floatV*)part + (size_t)tile * (KSPLIT * MTHD * NTHD / VW) * WG + tid;
+    #pragma unroll
+    for (int i = 0; i < MTHD; ++i)
+        #pragma unroll
+        for (int j = 0; j < NTHD / VW; ++j)
+            pt[((slice * MTHD + i) * (NTHD / VW) + j) * WG] = acc[i][j];
+    mem_fence(CLK_GLOBAL_MEM_FENCE);            // the partial is visible before the arrival
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (tid == 0)
+        arrived = atomic_inc(sem + tile);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int last = arrived == KSPLIT - 1;     // uniform over the work-group
+    if (last) {
+        mem_fence(CLK_GLOBAL_MEM_FENCE);
+        volatile __global const floatV* const pv = pt;   // volatile: past any stale cache
+        #pragma unroll
+        for (int i = 0; i < MTHD; ++i)
+            #pragma unroll
+            for (int j = 0; j < NTHD / VW; ++j) {
+                floatV s = (floatV)(0.0f);
+                for (int sl = 0; sl < KSPLIT; ++sl)
+                    s += sl == slice ? acc[i][j] : pv[((sl * MTHD + i) * (NTHD / VW) + j) * WG];
+                acc[i][j] = s;
+            }
+        if (tid == 0)
+            sem[tile] = 0;                       // ready for the next run
+    }
+% endif
     // epilogue: bias, activation, stores; partial tiles guarded
     float bm[MTHD];
     #pragma unroll
@@ -319,8 +378,8 @@ ${indent(capture(multiply, "0"), 8)}\
     #pragma unroll
     for (int j = 0; j < NTHD / VW; ++j) {
         const int n = n0 + (j * NDIM + tn) * VW;
-%   if NCHK:
-        if (n >= NPQ)
+%   if skip_n:
+        if (${skip_n})
             continue;
 %   endif
 %   if BATCH_FAST:
@@ -345,8 +404,8 @@ ${indent(capture(multiply, "0"), 8)}\
 %   for v in range(VW):
         {
             const int n = n0 + (j * NDIM + tn) * VW + ${v};
-%     if NCHK:
-            if (n < NPQ) {
+%     if keep_n:
+            if (${keep_n}) {
 %     else:
             {
 %     endif
