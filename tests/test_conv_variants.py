@@ -204,6 +204,26 @@ def test_igemm_split_k(cl_ctx, lid, layout, ksplit, dbuf):
         assert ok, f"run {attempt}: max relative error {err:.3g}"
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "CHWN", "NHWC"])
+@pytest.mark.parametrize("dims", [(8, 8, 96, 32, 1), (4, 8, 32, 96, 1), (8, 4, 96, 16, 2)])
+def test_igemm_tiles_of_96(cl_ctx, layout, dims):
+    """Tiles of 96 (not a power of two: fewer partial waves of work-groups on a big GPU)."""
+    md, nd, mb, nb, ks = dims
+    v = BY_NAME["conv_igemm"]
+    layer = conv((2, 16, 10, 10), out=100, kernel=3, pad=1, act="relu")
+    rng = np.random.default_rng(3)
+    xs, prm = harness.random_inputs(layer, rng)
+    ref = reference.forward(layer, xs, prm)
+    cfg = Config.of(MDIM=md, NDIM=nd, MBLK=mb, NBLK=nb, KBLK=16, VW=4, UNROLL=0, LPAD=0,
+                    DBUF=1, LAYOUT=layout, KSPLIT=ks)
+    assert not [c.name for c in v.constraints
+                if c.level != "hardware" and not c.check(layer, cfg, POCL)]
+    x = reference.to_layout(xs[0], layout).reshape(layer.in_shape)
+    out = harness.run_layer(layer, v, cfg, [x], prm, ctx=cl_ctx)
+    ok, err = harness.close(reference.from_layout(out.ravel(), layout, layer.out_shape), ref)
+    assert ok, f"max relative error {err:.3g}"
+
+
 def test_split_k_only_where_tiles_leave_units_idle():
     """On the H100, Boda's 1x1 conv over 7x7 images (a few dozen 32x32 tiles) gets split-K
     points; AlexNet's conv3 at batch 128 (thousands of tiles) gets none."""

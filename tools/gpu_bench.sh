@@ -16,6 +16,9 @@
 #   tune-vgg16   VGG-16 batch 1 tuned and built end to end (VGG16_E2E_BUDGET, default 7m):
 #                the "tune the whole of VGG-16 within 10 minutes" figure
 #   tune-e2e     VGG-16 batch 16 and AlexNet batch 128 tuned end to end (E2E_BUDGET each)
+#   tune-vgg16b16, tune-alexnet-e2e, tune-boda   one network or set of the phases above
+#   nowinograd   AlexNet's set and VGG-16 conv2-4 at batch 16 without conv_winograd (the
+#                "non-Winograd convolution at 60% of peak" figures)
 #   all          every phase above in turn (with TOTAL_LIMIT=100000, where no 10-minute
 #                limit applies)
 #
@@ -164,9 +167,22 @@ run_phase() {
             bench tune-boda --sets boda43_n5 --set-budget "${BODA_BUDGET:-150s}" ;;
         tune-vgg16)
             bench tune-vgg16-e2e --sets e2e --e2e vgg16:1 --e2e-budget "${VGG16_E2E_BUDGET:-7m}" ;;
-        tune-e2e)
-            bench tune-vgg16b16-e2e --sets e2e --e2e vgg16:16 --e2e-budget "${E2E_BUDGET:-200s}"
+        tune-e2e) run_phase tune-vgg16b16; run_phase tune-alexnet-e2e ;;
+        tune-vgg16b16)
+            bench tune-vgg16b16-e2e --sets e2e --e2e vgg16:16 --e2e-budget "${E2E_BUDGET:-200s}" ;;
+        tune-alexnet-e2e)
             bench tune-alexnet-e2e --sets e2e --e2e alexnet:128 --e2e-budget "${E2E_BUDGET:-200s}" ;;
+        tune-boda)
+            bench tune-boda --sets boda43_n5 --set-budget "${BODA_BUDGET:-150s}" ;;
+        nowinograd)   # the best non-Winograd convolution: AlexNet's set and VGG-16 conv2-4 at b16
+            AOTCONV_EXCLUDE_VARIANTS=conv_winograd bench nowinograd-alexnet --sets alexnet_n128 \
+                --set-budget "${ALEX_BUDGET:-100s}" --note "AOTCONV_EXCLUDE_VARIANTS=conv_winograd"
+            AOTCONV_EXCLUDE_VARIANTS=conv_winograd timeout -k 10 $(( $(left) > 40 ? $(left) - 20 : 20 )) \
+                python3 -m aotconv.cli tune vgg16 --batch 16 --target "$TARGET" \
+                --budget "${VGG16B16_BUDGET:-150s}" --layer conv2_1 --layer conv2_2 --layer conv3_1 \
+                --layer conv3_2 --layer conv4_1 --layer conv4_2 --quiet \
+                > "$OUT/nowinograd-vgg16b16.txt" 2>>"$LOG" || say "   nowinograd vgg16 b16 failed"
+            cp "$AOTCONV_CACHE_DIR/records.jsonl" "$OUT/records-nowinograd.jsonl" 2>/dev/null ;;
         all) for p in check smoke notune tune-layers tune-vgg16 tune-e2e; do run_phase "$p"; done ;;
         *) say "unknown phase '$1' (check, smoke, notune, tune-layers, tune-vgg16, tune-e2e, all)";
            FAILED+=("phase $1") ;;

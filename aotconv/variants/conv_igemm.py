@@ -275,8 +275,9 @@ class ConvIgemm(Variant):
         dims = thread_dims(target)
         return [Knob("MDIM", dims, "work-items along M (output channels)"),
                 Knob("NDIM", dims, "work-items along N (output pixels)"),
-                Knob("MBLK", (64, 128, 32, 16), "tile in M per work-group"),
-                Knob("NBLK", (64, 128, 32, 16), "tile in N per work-group"),
+                Knob("MBLK", (64, 128, 32, 16, 96), "tile in M per work-group (96: fewer "
+                                                     "partial waves of work-groups)"),
+                Knob("NBLK", (64, 128, 32, 16, 96), "tile in N per work-group"),
                 Knob("KBLK", (16, 8, 32), "reduction step held in local memory"),
                 Knob("VW", (4, 2, 1), "vector width: weight loads and local-memory reads"),
                 Knob("UNROLL", (0, 1), "unroll of the KBLK inner loop (0 = fully)"),
