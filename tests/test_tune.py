@@ -252,3 +252,12 @@ def test_a_variant_in_another_layout_is_fed_and_checked_in_its_layout():
     with Measurer(live, jobs=0) as m:
         outs = m.measure(layer, [picks["NHWC"], picks["CHWN"]])
     assert [o.status for o in outs] == [Status.OK, Status.OK], outs
+
+
+def test_shipped_records_can_be_left_out(monkeypatch):
+    """AOTCONV_SHIPPED_RECORDS=0 tunes from nothing: the package's records are not read."""
+    from aotconv.tune.records import shipped_file
+    h100 = get_target("h100")
+    assert shipped_file("h100") in Store.default(h100).read_paths
+    monkeypatch.setenv("AOTCONV_SHIPPED_RECORDS", "0")
+    assert shipped_file("h100") not in Store.default(h100).read_paths

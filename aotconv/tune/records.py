@@ -10,7 +10,8 @@ checked, and the target's name stands for it (shipped records, --tuning-db).
 Where records live:
   - the user cache: $AOTCONV_CACHE_DIR or platformdirs.user_cache_dir("aotconv"), file
     records.jsonl, read and appended by every tuning run;
-  - shipped with the package: aotconv/data/<target>.jsonl (read only);
+  - shipped with the package: aotconv/data/<target>.jsonl (read only; AOTCONV_SHIPPED_RECORDS=0
+    leaves them out, to tune from nothing);
   - --tuning-db FILE: read, and appended to as well when tuning.
 """
 import json
@@ -101,7 +102,9 @@ class Store:
     @classmethod
     def default(cls, target, tuning_db=None):
         dbs = [tuning_db] if isinstance(tuning_db, (str, os.PathLike)) else list(tuning_db or [])
-        read = [shipped_file(target.name), cache_file()] + dbs
+        shipped = [] if os.environ.get("AOTCONV_SHIPPED_RECORDS") == "0" else \
+            [shipped_file(target.name)]
+        read = shipped + [cache_file()] + dbs
         return cls(read=read, write=[cache_file()] + dbs)
 
     def _load(self):
