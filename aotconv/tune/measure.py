@@ -24,12 +24,14 @@ with a deadline and kills a process that overstays it, so a hung kernel costs `t
 On a CPU device builds finish before timing starts (they would steal the cores being timed);
 on a GPU they overlap.
 """
+import contextlib
 from dataclasses import dataclass, replace
 from enum import Enum
 import math
 import multiprocessing
 import os
 import queue
+import sys
 import time
 import traceback
 import zlib
@@ -166,7 +168,8 @@ class Worker:
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
-        self.proc.start()
+        with _main_not_reimported():
+            self.proc.start()
         child.close()
 
     def call(self, fn, args, timeout, setup_timeout=600.0):
@@ -207,6 +210,24 @@ class Worker:
         self.proc = self.conn = None
 
     close = kill
+
+
+@contextlib.contextmanager
+def _main_not_reimported():
+    """Start a spawned worker without re-running the caller's main module: a script that calls
+    the tuner outside `if __name__ == "__main__":` would otherwise run again in every worker
+    (and fail there, starting workers of its own). The worker needs nothing from it."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__spec__ = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
 
 
 def _describe_exit(code):
