@@ -112,14 +112,20 @@ class VariantSpace:
         return self.total - len(self.points) if self.enumerated else 0
 
 
+def constraints_of(variant, target):
+    """The variant's own constraints in level order (algorithm, software, hardware), then the
+    target's device limits: the order in which a point is checked."""
+    own = sorted(variant.constraints, key=lambda c: LEVELS.index(c.level))
+    return own + device_constraints(variant, target)
+
+
 def variant_space(layer, variant, target, explain=True):
     """Enumerate and prune `variant`'s space for `layer` under `target`.
 
     explain=False stops at a point's first failing constraint: the survivors and the `first`
     counts are the same, `alone` is left empty, and big spaces enumerate several times faster
     (the search needs no more)."""
-    own = sorted(variant.constraints, key=lambda c: LEVELS.index(c.level))
-    cons = own + device_constraints(variant, target)
+    cons = constraints_of(variant, target)
     first = {c.name: 0 for c in cons}
     alone = {c.name: 0 for c in cons}
     errors = {}
@@ -255,10 +261,9 @@ def layer_spaces(layers, target, jobs=None):
         vs = []
         for name, total, points, first, errors in parts:
             v = BY_NAME[name]
-            own = sorted(v.constraints, key=lambda c: LEVELS.index(c.level))
             vs.append(VariantSpace(v, list(v.knobs(layer, target)), total,
                                    [Config(items) for items in points],
-                                   own + device_constraints(v, target), first, {}, errors))
+                                   constraints_of(v, target), first, {}, errors))
         out.append(LayerSpace(layer, target, vs, unsupported))
     return out
 
@@ -280,8 +285,8 @@ def _enumerate_in_workers(layers, target, jobs):
                            input=pickle.dumps(([layers[i] for i in idx], target)),
                            capture_output=True, env=env, check=False)
         if r.returncode != 0:
-            raise RuntimeError(r.stderr.decode(errors="replace").strip().splitlines()[-1:]
-                               or f"exit {r.returncode}")
+            last = r.stderr.decode(errors="replace").strip().splitlines()[-1:]
+            raise RuntimeError(last[0] if last else f"exit status {r.returncode}")
         return pickle.loads(r.stdout)
 
     done = [None] * len(layers)
