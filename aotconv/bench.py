@@ -157,12 +157,13 @@ def first_ms(run, queue):
     return run.time_ms(ev)
 
 
-def build_runs(dev, layer, variant, cfg, xs, params, copies):
-    """LayerRuns of one (variant, cfg) over `copies` buffer sets, sharing one program."""
+def build_runs(dev, layer, variant, cfg, xs, params, copies, program=None, source=None):
+    """LayerRuns of one (variant, cfg) over `copies` buffer sets, sharing one program (built
+    here, or `program` built from `source` by the caller, with other options say)."""
     import warnings
     from .harness import LayerRun
     from .reference import to_layout
-    first = LayerRun(dev.ctx, dev.queue, layer, variant, cfg)
+    first = LayerRun(dev.ctx, dev.queue, layer, variant, cfg, program=program, source=source)
     runs = [first]
     with warnings.catch_warnings():
         # the copies share one program, so each fetches the same kernels again: intended

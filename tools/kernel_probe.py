@@ -53,17 +53,12 @@ def probe(case, dev, repeats):
     xs, params = harness.random_inputs(layer, rng)
     ref = bench.Reference(layer, xs[0], params["weight"], 1, 1e9)
     t0 = time.perf_counter()
+    prog = src = None
     if case.get("options"):
-        from aotconv.reference import to_layout
         src = v.render(layer, cfg, "k")
         prog = harness.build(dev.ctx, src, harness.BUILD_OPTIONS + case["options"].split())
-        r = harness.LayerRun(dev.ctx, dev.queue, layer, v, cfg, program=prog, source=src)
-        lin = v.layouts_of(layer, cfg)[0]
-        r.set_inputs([to_layout(x, lin) if lin != "NCHW" else x for x in xs])
-        r.set_params(params)
         out["options"] = case["options"]
-    else:
-        r = bench.build_runs(dev, layer, v, cfg, xs, params, 1)[0]
+    r = bench.build_runs(dev, layer, v, cfg, xs, params, 1, program=prog, source=src)[0]
     out["build_s"] = round(time.perf_counter() - t0, 2)
     r.poison_output()
     r.run()
