@@ -131,14 +131,16 @@ def _choice_of(result, source):
 
 def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=None,
            require_tuned=False, quiet=False, json_progress=False, jobs=None, seed=0,
-           progress=None, measurer=None, only=None, share="cost"):
+           progress=None, measurer=None, only=None, share="cost", where=None):
     """{layer name: Choice} for every layer that runs a kernel (aliases excluded).
 
     budget: trials (200), time ('10m') or None (up to 64 trials per unique layer), shared
     among the unique layers by roofline cost (share="cost": the network's time) or equally
     (share="equal": independent layers each judged on its own, as the benchmark sets are);
     strategy: a name from tune.strategies (options as 'annealing:T=6'); jobs: parallel
-    compiles (default: every core); only: layer names to consider (the rest are left out).
+    compiles (default: every core); only: layer names to consider (the rest are left out);
+    where: 'VARIANT:KNOB=V/V,...' texts (`--where`) that narrow the search to those variants
+    and knob values (records and fallbacks are unaffected).
     """
     from .targets import get_target, find_device, with_limits, device_identity
     from .tune import strategies
@@ -152,6 +154,8 @@ def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=No
         raise AotconvError(f"unknown choice mode '{mode}'; use tune, records or fallback")
     strategy = strategy or strategies.DEFAULT
     strategies.parse(strategy)
+    from .space import parse_where
+    where = parse_where(where)
     layers = [l for l in net.layers if not is_alias(l) and (only is None or l.name in only)]
     groups = search.unique_layers(layers)
     progress = progress or Progress.make(quiet=quiet, json_progress=json_progress)
@@ -170,7 +174,7 @@ def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=No
         try:
             results = search.tune_network(groups, live, measurer, store, device, budget=budget,
                                           strategy=strategy, seed=seed, progress=progress,
-                                          share_by=share)
+                                          share_by=share, where=where)
         finally:
             if own:
                 measurer.close()

@@ -184,6 +184,54 @@ def checked_space(layer, target, cfgs):
     return LayerSpace(layer, target, parts, [])
 
 
+# -- restricting a search (`--where`) ----------------------------------------------------------
+
+def parse_where(texts):
+    """{variant: {knob: (value text, ...)}} from `--where` texts 'VARIANT:KNOB=V/V,KNOB=V'
+    (e.g. 'conv_igemm:VW=4,LAYOUT=NCHW/CHWN'); the same variant named twice merges."""
+    from .errors import AotconvError
+    from .variants import BY_NAME
+    out = {}
+    for text in texts or ():
+        name, sep, rest = text.partition(":")
+        name = name.strip()
+        if name not in BY_NAME:
+            raise AotconvError(f"--where '{text}': no variant '{name}'; variants: "
+                               f"{', '.join(sorted(BY_NAME))}")
+        knobs = out.setdefault(name, {})
+        for part in filter(None, (x.strip() for x in rest.split(","))) if sep else ():
+            knob, eq, vals = part.partition("=")
+            values = tuple(v.strip() for v in vals.split("/") if v.strip())
+            if not eq or not knob.strip() or not values:
+                raise AotconvError(f"--where '{text}': '{part}' is not KNOB=VALUE[/VALUE...]")
+            knobs[knob.strip()] = values
+    return out
+
+
+def restrict(space, where):
+    """`space` searched only over the variants `where` names and, of theirs, the points whose
+    knobs take the listed values. A layer that none of those variants implements keeps its
+    whole space (a pooling layer of a network tuned with `--where conv_igemm:...`)."""
+    from .errors import AotconvError
+    if not where or not any(p.variant.name in where for p in space.parts):
+        return space
+    parts = []
+    for p in space.parts:
+        if p.variant.name not in where:
+            continue
+        names = {k.name for k in p.knobs}
+        wanted = where[p.variant.name]
+        unknown = sorted(set(wanted) - names)
+        if unknown:
+            raise AotconvError(f"--where {p.variant.name}: no knob {', '.join(unknown)}; its "
+                               f"knobs: {', '.join(k.name for k in p.knobs)}")
+        pts = [c for c in p.points
+               if all(str(c[k]) in vals for k, vals in wanted.items())]
+        parts.append(VariantSpace(p.variant, p.knobs, p.total, pts, p.constraints, p.first,
+                                  p.alone, p.errors, p.enumerated))
+    return LayerSpace(space.layer, space.target, parts, space.unsupported)
+
+
 # -- a layer's space --------------------------------------------------------------------------
 
 @dataclass

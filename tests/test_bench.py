@@ -314,7 +314,8 @@ def test_the_bench_verifies_variants_of_another_storage_order(layout):
     t = ("tiny.k3", 4, 8, 9, 7, 16, 3, 3, 1, 1)
     layer, _ = bench.conv_layer(t, opts.max_batch)
     v = BY_NAME["conv_igemm"]
-    cfg = Config.from_dict({**v.fallback(layer, dev.target).as_dict(), "LAYOUT": layout})
+    cfg = Config.from_dict({**v.fallback(layer, dev.target).as_dict(), "LAYOUT": layout,
+                            "TAPSTEP": int(layout != "NHWC")})
     assert point_ok(layer, v, cfg, dev.target)
     assert v.layouts_of(layer, cfg) == (layout, layout)
     row = bench.bench_layer(dev, refs, "tiny", t, opts,

@@ -187,7 +187,7 @@ def test_igemm_split_k(cl_ctx, lid, layout, ksplit, dbuf):
     v, layer = BY_NAME["conv_igemm"], layer_of(lid)
     xs, prm, ref = data_of(lid)
     cfg = Config.of(MDIM=2, NDIM=2, MBLK=8, NBLK=8, KBLK=8, VW=2, UNROLL=1, LPAD=0, DBUF=dbuf,
-                    LAYOUT=layout, KSPLIT=ksplit)
+                    LAYOUT=layout, KSPLIT=ksplit, TAPSTEP=0, KTAIL=0)
     bad = [c.name for c in v.constraints
            if c.level != "hardware" and not c.check(layer, cfg, POCL)]
     assert not bad, bad
@@ -215,13 +215,60 @@ def test_igemm_tiles_of_96(cl_ctx, layout, dims):
     xs, prm = harness.random_inputs(layer, rng)
     ref = reference.forward(layer, xs, prm)
     cfg = Config.of(MDIM=md, NDIM=nd, MBLK=mb, NBLK=nb, KBLK=16, VW=4, UNROLL=0, LPAD=0,
-                    DBUF=1, LAYOUT=layout, KSPLIT=ks)
+                    DBUF=1, LAYOUT=layout, KSPLIT=ks, TAPSTEP=0, KTAIL=0)
     assert not [c.name for c in v.constraints
                 if c.level != "hardware" and not c.check(layer, cfg, POCL)]
     x = reference.to_layout(xs[0], layout).reshape(layer.in_shape)
     out = harness.run_layer(layer, v, cfg, [x], prm, ctx=cl_ctx)
     ok, err = harness.close(reference.from_layout(out.ravel(), layout, layer.out_shape), ref)
     assert ok, f"max relative error {err:.3g}"
+
+
+TAPSTEP_LAYERS = {
+    "k3_32to48_p1_relu": layer_of("k3_32to48_p1_relu"),
+    "exact_tiles_nopad": layer_of("exact_tiles_nopad"),          # no runtime check at all
+    "k3x2_s2x1_d1x2_g2_asym": conv((2, 16, 11, 9), out=12, kernel=[3, 2], stride=[2, 1],
+                                   dilation=[1, 2], groups=2, pad=(1, 0, 2, 1),
+                                   act="leaky_relu", alpha=0.1),
+}
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "CHWN"])
+@pytest.mark.parametrize("lid,kblk,dbuf,ksplit", [("k3_32to48_p1_relu", 16, 1, 1),
+                                                  ("k3_32to48_p1_relu", 8, 0, 3),
+                                                  ("exact_tiles_nopad", 8, 1, 1),
+                                                  ("k3x2_s2x1_d1x2_g2_asym", 8, 1, 1),
+                                                  ("k3x2_s2x1_d1x2_g2_asym", 8, 0, 2)])
+def test_igemm_one_tap_per_step(cl_ctx, lid, kblk, dbuf, ksplit, layout):
+    """TAPSTEP=1: reduction order (r, s, c), a step's rows are KBLK channels of one tap, one
+    bounds check per column; padding, stride, dilation, groups and split-K included."""
+    v, layer = BY_NAME["conv_igemm"], TAPSTEP_LAYERS[lid]
+    rng = np.random.default_rng(zlib.crc32(lid.encode()))
+    xs, prm = harness.random_inputs(layer, rng)
+    ref = reference.forward(layer, xs, prm)
+    cfg = Config.of(MDIM=2, NDIM=4, MBLK=8, NBLK=16, KBLK=kblk, VW=2, UNROLL=1, LPAD=0,
+                    DBUF=dbuf, LAYOUT=layout, KSPLIT=ksplit, TAPSTEP=1, KTAIL=0)
+    assert not [c.name for c in v.constraints
+                if c.level != "hardware" and not c.check(layer, cfg, POCL)]
+    src = v.render(layer, cfg, "k")
+    assert "rs = k0 / CG" in src and "KBLK + brow + t * B_ROWSTEP" not in src
+    x = reference.to_layout(xs[0], layout).reshape(layer.in_shape)
+    out = harness.run_layer(layer, v, cfg, [x], prm, ctx=cl_ctx)
+    ok, err = harness.close(reference.from_layout(out.ravel(), layout, layer.out_shape), ref)
+    assert ok, f"max relative error {err:.3g}"
+
+
+def test_tap_per_step_rules():
+    v = BY_NAME["conv_igemm"]
+    base = dict(MDIM=2, NDIM=4, MBLK=8, NBLK=16, KBLK=16, VW=2, UNROLL=1, LPAD=0, DBUF=1,
+                LAYOUT="NCHW", KSPLIT=1, TAPSTEP=1, KTAIL=0)
+    rule = "tap_per_step_needs_whole_channel_steps"
+    assert rule not in violations(v, layer_of("k3_32to48_p1_relu"), Config.from_dict(base), POCL)
+    assert rule in violations(v, layer_of("k3_p1_relu"), Config.from_dict(base), POCL)   # C = 5
+    assert rule in violations(v, layer_of("k3_32to48_p1_relu"),
+                              Config.from_dict({**base, "LAYOUT": "NHWC"}), POCL)
+    assert rule in violations(v, layer_of("k1_40to70_leaky"),
+                              Config.from_dict({**base, "KBLK": 8}), POCL)              # 1x1
 
 
 def test_split_k_only_where_tiles_leave_units_idle():
@@ -237,9 +284,52 @@ def test_split_k_only_where_tiles_leave_units_idle():
     assert {1, 2, 4, 8} <= splits          # 16 slices of 832 would leave one empty
     assert all(v.scratch_floats(small, c) * 4 <= 64 << 20 for c in sp.points)
     cfg = Config.of(MDIM=8, NDIM=8, MBLK=32, NBLK=32, KBLK=16, VW=4, UNROLL=0, LPAD=0, DBUF=1,
-                    LAYOUT="NCHW", KSPLIT=4)
+                    LAYOUT="NCHW", KSPLIT=4, TAPSTEP=0, KTAIL=0)
     assert "split_k_fills_idle_units" in violations(v, big, cfg, H100)
     assert not violations(v, small, cfg, H100)
+    # AlexNet conv5 at batch 128: 338 tiles of 128x128 on 264 resident work-groups; split-K of
+    # every tile is not allowed there, of the 74 past the first wave it is, while their slices
+    # fit one wave (3 x 74 = 222 <= 264, 4 x 74 > 264)
+    conv5, _ = conv_layer(("alex.conv5", 128, 192, 13, 13, 256, 3, 3, 1, 1))
+    big_tile = dict(MDIM=16, NDIM=16, MBLK=128, NBLK=128, KBLK=16, VW=4, UNROLL=0, LPAD=0,
+                    DBUF=1, LAYOUT="NCHW", TAPSTEP=1)
+    wave = 2 * H100.compute_units
+    for ks, tail, ok in ((1, 0, True), (2, 0, False), (2, wave, True), (3, wave, True),
+                         (4, wave, False), (1, wave, False)):
+        cfg = Config.from_dict({**big_tile, "KSPLIT": ks, "KTAIL": tail})
+        assert ("split_k_fills_idle_units" not in violations(v, conv5, cfg, H100)) == ok, (ks, tail)
+    cfg = Config.from_dict({**big_tile, "KSPLIT": 3, "KTAIL": wave})
+    (run,) = [l for l in v.launches(conv5, cfg, "k") if l.kernel == "k"]
+    assert run.gsize == ((264 + 3 * 74) * 16, 16)
+    assert v.buffers(conv5, cfg)["ksem"] == 74
+    assert v.scratch_floats(conv5, cfg) == 74 * 3 * 128 * 128
+    assert {k.name: k.values for k in v.knobs(conv5, POCL)}["KTAIL"] == (0,)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "CHWN", "NHWC"])
+@pytest.mark.parametrize("dbuf,ksplit,tail", [(1, 2, 10), (0, 3, 7), (1, 4, 20)])
+def test_igemm_split_k_of_the_last_wave(cl_ctx, layout, dbuf, ksplit, tail):
+    """KTAIL: whole tiles for the first waves of `tail` work-groups, split-K for the rest, in
+    one launch; twice in a row (the counters of the split tiles reset)."""
+    v, layer = BY_NAME["conv_igemm"], layer_of("k3_32to48_p1_relu")     # 6 x 4 = 24 tiles
+    xs, prm, ref = data_of("k3_32to48_p1_relu")
+    cfg = Config.of(MDIM=2, NDIM=4, MBLK=8, NBLK=16, KBLK=8, VW=2, UNROLL=1, LPAD=0, DBUF=dbuf,
+                    LAYOUT=layout, KSPLIT=ksplit, TAPSTEP=int(layout != "NHWC"), KTAIL=tail)
+    assert not [c.name for c in v.constraints
+                if c.level != "hardware" and not c.check(layer, cfg, POCL)]
+    full = 24 // tail * tail
+    (run,) = [l for l in v.launches(layer, cfg, "k") if l.kernel == "k"]
+    assert run.gsize[0] == (full + (24 - full) * ksplit) * 4
+    x = reference.to_layout(xs[0], layout).reshape(layer.in_shape)
+    r = harness.LayerRun(*cl_ctx, layer, v, cfg)
+    r.set_inputs([x])
+    r.set_params(prm)
+    for attempt in range(2):
+        r.poison_output()
+        r.run()
+        out = reference.from_layout(r.read_output().ravel(), layout, layer.out_shape)
+        ok, err = harness.close(out, ref)
+        assert ok, f"run {attempt}: max relative error {err:.3g}"
 
 
 # -- device-free --------------------------------------------------------------------------------
@@ -306,11 +396,11 @@ def test_gpu_points_survive_pruning():
                         ("vgg_conv5_1", 64, 64), ("alexnet_conv1_n128", 128, 128),
                         ("alexnet_conv1_n128", 64, 128)):
         cfg = Config.of(MDIM=16, NDIM=16, MBLK=mb, NBLK=nb, KBLK=16, VW=4, UNROLL=0,
-                        LPAD=0, DBUF=1, LAYOUT="NCHW", KSPLIT=1)
+                        LPAD=0, DBUF=1, LAYOUT="NCHW", KSPLIT=1, TAPSTEP=0, KTAIL=0)
         assert not violations(v, BIG[lid], cfg, H100), (lid, cfg)
     # ... and a K = 64 layer does not waste half of a 128-row tile
     cfg = Config.of(MDIM=16, NDIM=16, MBLK=128, NBLK=128, KBLK=16, VW=4, UNROLL=0, LPAD=0,
-                    DBUF=1, LAYOUT="NCHW", KSPLIT=1)
+                    DBUF=1, LAYOUT="NCHW", KSPLIT=1, TAPSTEP=0, KTAIL=0)
     assert violations(v, BIG["vgg_conv1_1"], cfg, H100) == ["m_tile_not_oversized"]
     k1, layer = BY_NAME["conv_1x1"], BIG["inception_1x1_n5"]     # 7x7 pixels: no float4
     assert not violations(k1, layer, Config.of(MT=8, NT=8, MB=16, NB=16, KB=16, VW=1), H100)
@@ -322,7 +412,7 @@ def test_pruning_reasons():
     """Points that break the named rules are pruned by them."""
     v, layer = BY_NAME["conv_igemm"], BIG["vgg_conv5_1"]
     base = dict(MDIM=16, NDIM=16, MBLK=128, NBLK=128, KBLK=16, VW=4, UNROLL=0, LPAD=0, DBUF=1,
-                LAYOUT="NCHW", KSPLIT=1)
+                LAYOUT="NCHW", KSPLIT=1, TAPSTEP=0, KTAIL=0)
     assert "m_tile_whole_vectors" in violations(v, layer, Config.from_dict({**base, "MBLK": 32}), H100)
     assert "lpad_only_when_strided" in violations(v, layer, Config.from_dict({**base, "LPAD": 1}), H100)
     big = Config.from_dict({**base, "MDIM": 32, "NDIM": 32})       # 1024 work-items
@@ -338,7 +428,7 @@ def test_guards_only_where_needed():
     v = BY_NAME["conv_igemm"]
     exact = layer_of("exact_tiles_nopad")           # N*P*Q = 64, C*R*S = 144, K = 32
     cfg = Config.of(MDIM=8, NDIM=8, MBLK=32, NBLK=64, KBLK=16, VW=4, UNROLL=0, LPAD=0, DBUF=1,
-                    LAYOUT="NCHW", KSPLIT=1)
+                    LAYOUT="NCHW", KSPLIT=1, TAPSTEP=0, KTAIL=0)
     assert not violations(v, exact, cfg, POCL)
     src = v.render(exact, cfg, "k")
     assert "(uint)" not in src and "NPQ - 1" not in src and "rowok" not in src

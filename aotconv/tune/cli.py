@@ -44,6 +44,10 @@ def add_tuning_options(p):
     p.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="progress as JSON lines on stderr")
+    p.add_argument("--where", action="append", metavar="VARIANT:KNOB=V/V,...",
+                   help="search only this variant, and of its points only those whose knobs "
+                        "take these values, e.g. conv_igemm:VW=4,LAYOUT=NCHW/CHWN "
+                        "(repeatable; layers it does not implement are searched as usual)")
 
 
 def _load(load, source, batch):
@@ -90,7 +94,8 @@ def cmd_tune(args, load=None):
             net.layer(n)
     choices = choose(net, target, mode="tune", budget=args.budget, strategy=args.strategy,
                      tuning_db=args.tuning_db, quiet=args.quiet, json_progress=args.json,
-                     jobs=args.jobs, seed=args.seed, only=args.layer)
+                     jobs=args.jobs, seed=args.seed, only=args.layer,
+                     where=getattr(args, "where", None))
     if args.json:
         print(json.dumps({"event": "summary", "target": target.name,
                           "layers": {n: summary_row(net.layer(n), c, target)

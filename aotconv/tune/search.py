@@ -211,14 +211,18 @@ def unique_layers(layers):
 
 
 def tune_network(groups, target, measurer, store, device, *, budget=None, strategy=DEFAULT,
-                 seed=0, progress=None, share_by="cost"):
+                 seed=0, progress=None, share_by="cost", where=None):
     """{signature: LayerResult} for each group of identical layers, sharing `budget` by
-    roofline cost times occurrences (share_by="cost") or equally (share_by="equal")."""
+    roofline cost times occurrences (share_by="cost") or equally (share_by="equal");
+    `where` ({variant: {knob: values}}, space.parse_where) narrows the search."""
     if share_by not in ("cost", "equal"):
         raise AotconvError(f"unknown budget sharing '{share_by}': use cost or equal")
     parse_strategy(strategy)
     budget = parse_budget(budget)
     spaces = layer_spaces([g[0] for g in groups], target)
+    if where:
+        from ..space import restrict
+        spaces = [restrict(sp, where) for sp in spaces]
     sizes = [len(s.candidates) for s in spaces]
     weights = [est_seconds(g[0], target) * len(g) if share_by == "cost" else 1.0
                for g in groups]

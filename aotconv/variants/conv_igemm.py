@@ -17,11 +17,18 @@ along the reduction, with reduction order (r, s, c)).
 
 Split-K (KSPLIT > 1), for layers with too few output tiles to fill the device (Boda's 1x1
 convolutions over 7x7 and 14x14 images: a few dozen tiles, each a long chain of KBLK steps):
-the reduction is cut into KSPLIT slices along a third grid dimension. Each slice parks its
+the reduction is cut into KSPLIT slices, KSPLIT work-groups per tile. Each slice parks its
 partial tile in the shared scratch buffer and bumps an arrival counter of the tile (an integer
 atomic); the last slice to arrive sums the KSPLIT partials in slice order (so the result does
 not depend on arrival order), runs the epilogue and resets the counter for the next run. One
 launch, no second reduction kernel; the counters are zeroed once, in set_params.
+With KTAIL = w (GPU only), only the tiles past the last whole wave of w work-groups are split:
+a layer with 1.28 waves of tiles (AlexNet conv5 at batch 128) runs one whole wave and a third
+of one instead of two.
+
+One tap per step (TAPSTEP=1, NCHW/CHWN with C/G % KBLK == 0): the reduction runs (r, s, c), so
+a KBLK step is KBLK channels of one filter tap; the B load then needs no division per row and
+one bounds check per column and step (10-15% on the H100's 3x3 and 5x5 layers).
 """
 from .base import (Variant, Knob, Constraint, Config, Launch, In, Out, Param, Buffer, Scratch,
                    ceil_div, round_up)
@@ -137,14 +144,48 @@ def _kt_per_split(layer, c):
     return ceil_div(_ktiles(layer, c), c["KSPLIT"])
 
 
-def _split_fills_device(layer, c, t):
-    """KSPLIT > 1 only where the output tiles alone leave compute units idle, and no more
-    slices than bring the work-groups to a few per compute unit."""
+def _tail(layer, c):
+    """(whole tiles, split tiles): with KTAIL = w > 0 only the tiles past the last whole wave of
+    w work-groups are split (AlexNet conv5 at batch 128: 338 tiles of 128x128 on 264 resident
+    work-groups run 264 whole and split 74), else every tile is when KSPLIT > 1."""
+    tiles = _work_groups(layer, c)
     if c["KSPLIT"] == 1:
-        return True
+        return tiles, 0
+    full = tiles // c["KTAIL"] * c["KTAIL"] if c["KTAIL"] else 0
+    return full, tiles - full
+
+
+def _split_fills_device(layer, c, t):
+    """Split-K only where the output tiles leave compute units idle. KTAIL=0: fewer tiles than
+    compute units x min_wg_per_cu, into no more slices than bring the work-groups to 4 per
+    compute unit. KTAIL=w: a last partial wave of w work-groups, whose slices fit one wave."""
+    if c["KSPLIT"] == 1:
+        return c["KTAIL"] == 0
     fill = t.compute_units * max(1, t.min_wg_per_cu)
     wgs = _work_groups(layer, c)
-    return wgs < fill and wgs * c["KSPLIT"] <= 4 * fill
+    if c["KTAIL"] == 0:
+        return wgs < fill and wgs * c["KSPLIT"] <= 4 * fill
+    full, tail = _tail(layer, c)
+    return full > 0 and tail > 0 and tail * c["KSPLIT"] <= c["KTAIL"]
+
+
+def tail_waves(target):
+    """KTAIL values: the work-groups a wave holds, for 1, 2 and 4 resident per compute unit
+    (which the tuner finds out); a CPU runs no waves worth splitting for."""
+    if target.kind != "gpu":
+        return (0,)
+    return (0,) + tuple(target.compute_units * k for k in (2, 1, 4))
+
+
+def _one_tap_per_step(layer, c, t=None):
+    """TAPSTEP=1: the reduction runs (r, s, c) with C/G a whole number of KBLK steps, so each
+    step's rows are KBLK channels of one filter tap (NHWC loads along the reduction anyway;
+    a 1x1 filter has one tap and no order to choose)."""
+    if not c["TAPSTEP"]:
+        return True
+    a = layer.attrs
+    cg = layer.in_shape[1] // a["groups"]
+    return c["LAYOUT"] != "NHWC" and a["kernel"][0] * a["kernel"][1] > 1 and cg % c["KBLK"] == 0
 
 
 # Partial tiles of split-K live in the shared scratch buffer; beyond this it is not worth it
@@ -152,7 +193,7 @@ _MAX_PARTIAL_BYTES = 64 << 20
 
 
 def _partial_floats(layer, c):
-    return _work_groups(layer, c) * c["KSPLIT"] * c["MBLK"] * c["NBLK"] if c["KSPLIT"] > 1 else 0
+    return _tail(layer, c)[1] * c["KSPLIT"] * c["MBLK"] * c["NBLK"]
 
 
 # A tile this size keeps a big GPU's compute unit busy; a layer with at least this many tiles
@@ -191,12 +232,18 @@ _FALLBACKS = {
                       (16, 16, 64, 64, 16, 4), (8, 16, 32, 64, 16, 4), (16, 8, 64, 32, 16, 4),
                       (8, 16, 16, 64, 16, 2), (16, 8, 64, 16, 16, 2), (8, 8, 32, 32, 16, 4),
                       (8, 8, 16, 32, 16, 2), (8, 8, 32, 16, 16, 2), (8, 8, 16, 16, 16, 2),
-                      (8, 8, 16, 16, 8, 1), UNROLL=0, LPAD=0, DBUF=1, LAYOUT="NCHW", KSPLIT=1),
+                      (8, 8, 16, 16, 8, 1), UNROLL=0, LPAD=0, DBUF=1, LAYOUT="NCHW", KSPLIT=1,
+                      TAPSTEP=1, KTAIL=0),
     # PoCL runs a work-group's items in a loop between barriers: 2 work-items with 16 x 8
     # accumulators each measured best (docs/variants/conv_igemm.md)
     "cpu": _fallbacks((1, 2, 16, 16, 8, 1), (2, 2, 16, 32, 8, 4), (2, 2, 16, 16, 8, 1),
-                      UNROLL=1, LPAD=0, DBUF=0, LAYOUT="NCHW", KSPLIT=1),
+                      UNROLL=1, LPAD=0, DBUF=0, LAYOUT="NCHW", KSPLIT=1, TAPSTEP=1, KTAIL=0),
 }
+
+
+def _with_tapstep_off(points):
+    """Each fallback point with one tap per step where the layer allows it, else without."""
+    return [q for p in points for q in (p, dict(p, TAPSTEP=0))]
 
 
 class ConvIgemm(Variant):
@@ -211,6 +258,10 @@ class ConvIgemm(Variant):
                    "split-K only where the output tiles leave compute units idle, into at most "
                    "as many slices as bring the work-groups to 4 per compute unit",
                    _split_fills_device),
+        Constraint("tap_per_step_needs_whole_channel_steps", "algorithm",
+                   "one filter tap per KBLK step needs C/G % KBLK == 0, a filter of more than "
+                   "one tap and a layout read along the pixels (NCHW, CHWN)",
+                   _one_tap_per_step),
         Constraint("split_k_slices_nonempty", "algorithm",
                    "every K slice gets at least one KBLK step",
                    lambda l, c, t: c["KSPLIT"] == 1 or
@@ -285,11 +336,15 @@ class ConvIgemm(Variant):
                 Knob("DBUF", (1, 0), "double buffering: prefetch the next tile into registers "
                                      "while multiplying the current one, one barrier per step"),
                 Knob("LAYOUT", LAYOUTS, "layout of the input read and the output written"),
-                Knob("KSPLIT", (1, 2, 4, 8, 16), "reduction slices (split-K); the last slice to "
-                                                 "finish a tile sums the partials")]
+                Knob("KSPLIT", (1, 2, 3, 4, 8, 16), "reduction slices (split-K); the last slice "
+                                                    "to finish a tile sums the partials"),
+                Knob("TAPSTEP", (1, 0), "one filter tap per KBLK step, reduction order (r, s, c): "
+                                        "no division per row, one bounds check per column"),
+                Knob("KTAIL", tail_waves(target), "split-K only for the tiles past the last "
+                     "whole wave of this many work-groups (0: every tile)")]
 
     def fallback(self, layer, target):
-        return first_valid(self, layer, target, _FALLBACKS[_kind(target)],
+        return first_valid(self, layer, target, _with_tapstep_off(_FALLBACKS[_kind(target)]),
                            lambda c: _work_groups(layer, c))
 
     def local_mem_bytes(self, layer, cfg):
@@ -319,10 +374,11 @@ class ConvIgemm(Variant):
             NPQ=npq, CRS=crs, CRSP=round_up(crs, c["KBLK"]), KGP=round_up(m, c["MBLK"]),
             MTILES=ceil_div(m, c["MBLK"]), NTILES=ceil_div(npq, c["NBLK"]),
             KT_PER=_kt_per_split(layer, c),
+            FULL=_tail(layer, c)[0] if c["KSPLIT"] > 1 else 0, SPLIT_TILES=_tail(layer, c)[1],
             LDA=c["MBLK"], LDB=c["NBLK"] + c["LPAD"],
             AVEC=c["MBLK"] // c["VW"], A_ITERS=c["KBLK"] * c["MBLK"] // (_wg(c) * c["VW"]),
             B_ALONG=along, BCOLS=cols, B_COLSTEP=colstep, BROWS=rows, B_ROWSTEP=rowstep,
-            RED_CMAJOR=lay != "NHWC", BATCH_FAST=lay == "CHWN",
+            RED_CMAJOR=lay != "NHWC" and not c["TAPSTEP"], BATCH_FAST=lay == "CHWN",
             HCHK=needs_bounds(d["H"], d["P"], d["SH"], d["PT"], d["R"], d["DH"]),
             WCHK=needs_bounds(d["W"], d["Q"], d["SW"], d["PL"], d["S"], d["DW"]),
             KCHK=crs % c["KBLK"] != 0, NCHK=npq % c["NBLK"] != 0, MCHK=m % c["MBLK"] != 0,
@@ -340,7 +396,7 @@ class ConvIgemm(Variant):
         out = {"wpack": layer.attrs["groups"] * round_up(crs, cfg["KBLK"])
                * round_up(m, cfg["MBLK"])}
         if cfg["KSPLIT"] > 1:
-            out["ksem"] = _work_groups(layer, cfg)          # one arrival counter per tile
+            out["ksem"] = _tail(layer, cfg)[1]              # one arrival counter per split tile
         return out
 
     def scratch_floats(self, layer, cfg):
@@ -357,11 +413,12 @@ class ConvIgemm(Variant):
         out = [Launch(f"{prefix}_pack", _PACK_ARGS, (round_up(packed, 64),), (64,), phase="setup")]
         if cfg["KSPLIT"] == 1:
             return out + [Launch(prefix, _RUN_ARGS[bias], gsize, lsize)]
-        tiles = _work_groups(layer, cfg)
-        return out + [Launch(f"{prefix}_zero", (Buffer("ksem"),), (round_up(tiles, 64),), (64,),
+        full, split = _tail(layer, cfg)
+        groups = full + split * cfg["KSPLIT"]           # one row: whole tiles, then slices
+        return out + [Launch(f"{prefix}_zero", (Buffer("ksem"),), (round_up(split, 64),), (64,),
                              phase="setup"),
                       Launch(prefix, _RUN_ARGS[bias] + (Scratch(), Buffer("ksem")),
-                             gsize + (cfg["KSPLIT"],), lsize + (1,))]
+                             (groups * cfg["NDIM"], cfg["MDIM"]), lsize)]
 
 
 _PACK_ARGS = (Param("weight"), Buffer("wpack"))

@@ -54,6 +54,8 @@ ${define("LPAD", LPAD, "floats of padding per local B row")}
 ${define("DBUF", DBUF, "prefetch tile k+1 into registers during tile k")}
 ${define("LAYOUT_" + LAYOUT, 1, "layout of the input read and the output written")}
 ${define("KSPLIT", KSPLIT, "reduction slices (split-K)")}
+${define("TAPSTEP", TAPSTEP, "one filter tap per KBLK step: rows are channels")}
+${define("KTAIL", KTAIL, "split-K only past the last whole wave of this many work-groups")}
 ${define("MTHD", MTHD, "accumulator rows per work-item (MBLK/MDIM)")}
 ${define("NTHD", NTHD, "accumulator columns per work-item (NBLK/NDIM)")}
 ${define("WG", "(MDIM * NDIM)")}
@@ -84,6 +86,9 @@ ${define("KGP", KGP, "M padded to whole MBLK tiles")}
 ${define("MTILES", MTILES, "MBLK tiles per group")}
 ${define("KTILES", "(CRSP / KBLK)")}
 ${define("KT_PER", KT_PER, "KBLK steps per reduction slice")}
+${define("NTILES", NTILES, "NBLK tiles per group")}
+${define("FULL", FULL, "split-K: tiles computed whole, by work-groups 0..FULL-1")}
+${define("SPLIT_TILES", SPLIT_TILES, "split-K: tiles after those, KSPLIT work-groups each")}
 // strides of the input (X_) and output (Y_) layouts
 ${define("X_SN", xs_n)}
 ${define("X_SC", xs_c)}
@@ -132,14 +137,23 @@ void ${prefix}_pack(__global const float* restrict w, __global float* restrict w
 }
 % if KSPLIT > 1:
 
-// The arrival counters of split-K, one per output tile: zeroed once (run() leaves them zero).
+// The arrival counters of split-K, one per split tile: zeroed once (run() leaves them zero).
 __kernel __attribute__((reqd_work_group_size(64, 1, 1)))
 void ${prefix}_zero(__global int* restrict sem)
 {
     const int i = get_global_id(0);
-    if (i < ${NTILES * MTILES * G})
+    if (i < SPLIT_TILES)
         sem[i] = 0;
 }
+
+// Split-K's hand-over between work-groups needs a fence at device scope: NVIDIA's OpenCL
+// compiles mem_fence(CLK_GLOBAL_MEM_FENCE) to membar.cta (work-group scope), so there the
+// fence is written in PTX; elsewhere the OpenCL 1.2 fence is the one there is.
+#if defined(cl_nv_pragma_unroll) || defined(cl_nv_compiler_options) || defined(cl_nv_device_attribute_query)
+#define DEVICE_FENCE() asm volatile("membar.gl;" ::: "memory")
+#else
+#define DEVICE_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#endif
 % endif
 <%def name="load_tile(kt)">\
 // weights: KBLK x MBLK, aligned vectors, no checks (packed and padded)
@@ -149,6 +163,29 @@ for (int it = 0; it < A_ITERS; ++it) {
     pa[it] = *(__global const floatV*)(wg + (${kt} * KBLK + e / AVEC) * KGP + e % AVEC * VW);
 }
 // input: KBLK x NBLK of the implicit im2col matrix
+% if TAPSTEP:
+// one tap (r, s) for the whole step: its rows are channels cb, cb + B_ROWSTEP, ... at fixed
+// distances in the input, so a column is checked once and its loads share one pointer
+{
+    const int k0 = ${kt} * KBLK;
+    const int rs = k0 / CG, r = rs / S, s = rs % S;
+    const int xo_r = (k0 % CG + brow) * X_SC + r * (DH * X_SH) + s * (DW * X_SW);
+    #pragma unroll
+    for (int j = 0; j < BCOLS; ++j) {
+        __global const float* const xj = x + (xo[j] + xo_r);
+%   if HCHK or WCHK:
+        const bool ok = ${" && ".join((["(uint)(ih0[j] + r * DH) < (uint)H"] if HCHK else []) + (["(uint)(iw0[j] + s * DW) < (uint)W"] if WCHK else []))};
+%   endif
+        #pragma unroll
+        for (int t = 0; t < BROWS; ++t)
+%   if HCHK or WCHK:
+            pb[t][j] = ok ? xj[t * (B_ROWSTEP * X_SC)] : 0.0f;
+%   else:
+            pb[t][j] = xj[t * (B_ROWSTEP * X_SC)];
+%   endif
+    }
+}
+% else:
 #pragma unroll
 for (int t = 0; t < BROWS; ++t) {
     const int crs = ${kt} * KBLK + brow + t * B_ROWSTEP;
@@ -176,6 +213,7 @@ for (int t = 0; t < BROWS; ++t) {
         pb[t][j] = x[xo[j] + xo_r];
 % endif
 }
+% endif
 </%def>\
 <%def name="store_tile(buf)">\
 {
@@ -236,13 +274,24 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
 {
     const int tn = get_local_id(0), tm = get_local_id(1);
     const int tid = tm * NDIM + tn;
+% if KSPLIT > 1:
+    // split-K, one row of work-groups: 0..FULL-1 compute whole tiles, the rest a reduction
+    // slice each of the SPLIT_TILES tiles after those (KSPLIT consecutive work-groups a tile);
+    // tiles are numbered n-tile fastest, the order of the 2D grid without split-K
+    const int wgid = get_group_id(0);
+    const int split = wgid >= FULL;                       // uniform over the work-group
+    const int stile = (wgid - FULL) / KSPLIT;             // index among the split tiles
+    const int slice = split ? (wgid - FULL) % KSPLIT : 0;
+    const int tile = split ? FULL + stile : wgid;
+    const int n0 = tile % NTILES * NBLK;
+    const int g = tile / NTILES / MTILES;
+    const int m0 = tile / NTILES % MTILES * MBLK;
+    const int kt0 = split ? slice * KT_PER : 0;           // this work-group's K steps
+    const int kt1 = split ? min(KTILES, kt0 + KT_PER) : KTILES;
+% else:
     const int n0 = get_group_id(0) * NBLK;
     const int g = get_group_id(1) / MTILES;
     const int m0 = get_group_id(1) % MTILES * MBLK;
-% if KSPLIT > 1:
-    const int slice = get_group_id(2);
-    const int kt0 = slice * KT_PER, kt1 = min(KTILES, kt0 + KT_PER);   // this slice's K steps
-% else:
     const int kt0 = 0, kt1 = KTILES;
 % endif
     __global const float* const wg = wp + g * (CRSP * KGP) + m0;
@@ -334,33 +383,35 @@ ${indent(capture(multiply, "0"), 8)}\
     // (coalesced); the last slice to arrive at the tile sums all KSPLIT partials in slice
     // order, its own from registers, and stores the tile; the others run the epilogue with
     // their stores off (PoCL miscompiled the store guards inside a branch on the arrival).
-    const int tile = get_group_id(1) * get_num_groups(0) + get_group_id(0);
-    __global floatV* const pt = (__global floatV*)part + (size_t)tile * (KSPLIT * MTHD * NTHD / VW) * WG + tid;
-    #pragma unroll
-    for (int i = 0; i < MTHD; ++i)
-        #pragma unroll
-        for (int j = 0; j < NTHD / VW; ++j)
-            pt[((slice * MTHD + i) * (NTHD / VW) + j) * WG] = acc[i][j];
-    mem_fence(CLK_GLOBAL_MEM_FENCE);            // the partial is visible before the arrival
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (tid == 0)
-        arrived = atomic_inc(sem + tile);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int last = arrived == KSPLIT - 1;     // uniform over the work-group
-    if (last) {
-        mem_fence(CLK_GLOBAL_MEM_FENCE);
-        volatile __global const floatV* const pv = pt;   // volatile: past any stale cache
+    int last = 1;                                 // whole tiles store their result
+    if (split) {
+        __global floatV* const pt = (__global floatV*)part + (size_t)stile * (KSPLIT * MTHD * NTHD / VW) * WG + tid;
         #pragma unroll
         for (int i = 0; i < MTHD; ++i)
             #pragma unroll
-            for (int j = 0; j < NTHD / VW; ++j) {
-                floatV s = (floatV)(0.0f);
-                for (int sl = 0; sl < KSPLIT; ++sl)
-                    s += sl == slice ? acc[i][j] : pv[((sl * MTHD + i) * (NTHD / VW) + j) * WG];
-                acc[i][j] = s;
-            }
+            for (int j = 0; j < NTHD / VW; ++j)
+                pt[((slice * MTHD + i) * (NTHD / VW) + j) * WG] = acc[i][j];
+        DEVICE_FENCE();                           // the partial is visible before the arrival
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         if (tid == 0)
-            sem[tile] = 0;                       // ready for the next run
+            arrived = atomic_inc(sem + stile);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        last = arrived == KSPLIT - 1;             // uniform over the work-group
+        if (last) {
+            DEVICE_FENCE();
+            volatile __global const floatV* const pv = pt;   // volatile: past any stale cache
+            #pragma unroll
+            for (int i = 0; i < MTHD; ++i)
+                #pragma unroll
+                for (int j = 0; j < NTHD / VW; ++j) {
+                    floatV s = (floatV)(0.0f);
+                    for (int sl = 0; sl < KSPLIT; ++sl)
+                        s += sl == slice ? acc[i][j] : pv[((sl * MTHD + i) * (NTHD / VW) + j) * WG];
+                    acc[i][j] = s;
+                }
+            if (tid == 0)
+                sem[stile] = 0;                   // ready for the next run
+        }
     }
 % endif
     // epilogue: bias, activation, stores; partial tiles guarded
