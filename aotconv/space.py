@@ -188,7 +188,8 @@ def checked_space(layer, target, cfgs):
 
 def parse_where(texts):
     """{variant: {knob: (value text, ...)}} from `--where` texts 'VARIANT:KNOB=V/V,KNOB=V'
-    (e.g. 'conv_igemm:VW=4,LAYOUT=NCHW/CHWN'); the same variant named twice merges."""
+    (e.g. 'conv_igemm:VW=4,LAYOUT=NCHW/CHWN'); the same variant or knob named twice merges
+    (the values of a knob add up)."""
     from .errors import AotconvError
     from .variants import BY_NAME
     out = {}
@@ -204,7 +205,7 @@ def parse_where(texts):
             values = tuple(v.strip() for v in vals.split("/") if v.strip())
             if not eq or not knob.strip() or not values:
                 raise AotconvError(f"--where '{text}': '{part}' is not KNOB=VALUE[/VALUE...]")
-            knobs[knob.strip()] = values
+            knobs[knob.strip()] = tuple(dict.fromkeys(knobs.get(knob.strip(), ()) + values))
     return out
 
 
@@ -229,6 +230,11 @@ def restrict(space, where):
                if all(str(c[k]) in vals for k, vals in wanted.items())]
         parts.append(VariantSpace(p.variant, p.knobs, p.total, pts, p.constraints, p.first,
                                   p.alone, p.errors, p.enumerated))
+    if not any(p.points for p in parts):
+        named = ", ".join(f"{n}:" + ",".join(f"{k}={'/'.join(v)}" for k, v in w.items())
+                          for n, w in where.items())
+        raise AotconvError(f"layer '{space.layer.name}': no valid point of {named} (--where); "
+                           f"see `aotconv space` for the values its constraints allow")
     return LayerSpace(space.layer, space.target, parts, space.unsupported)
 
 

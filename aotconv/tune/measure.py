@@ -32,6 +32,7 @@ import multiprocessing
 import os
 import queue
 import sys
+import threading
 import time
 import traceback
 import zlib
@@ -212,22 +213,31 @@ class Worker:
     close = kill
 
 
+_START_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _main_not_reimported():
     """Start a spawned worker without re-running the caller's main module: a script that calls
     the tuner outside `if __name__ == "__main__":` would otherwise run again in every worker
-    (and fail there, starting workers of its own). The worker needs nothing from it."""
-    main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main and k in main.__dict__}
-    try:
-        if main is not None:
-            main.__dict__.pop("__file__", None)
-            main.__spec__ = None
-        yield
-    finally:
-        if main is not None:
-            main.__dict__.pop("__spec__", None)
-            main.__dict__.update(saved)
+    (and fail there, starting workers of its own). The worker needs nothing from it.
+
+    The builders start from several threads at once: the lock keeps one thread's save and
+    restore of __main__ from interleaving with another's (which once left __spec__ None and
+    __file__ set, so that later workers ran `python -m aotconv.cli`'s module as a script)."""
+    with _START_LOCK:
+        main = sys.modules.get("__main__")
+        saved = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+                 if main and k in main.__dict__}
+        try:
+            if main is not None:
+                main.__dict__.pop("__file__", None)
+                main.__spec__ = None
+            yield
+        finally:
+            if main is not None:
+                main.__dict__.pop("__spec__", None)
+                main.__dict__.update(saved)
 
 
 def _describe_exit(code):
