@@ -180,6 +180,22 @@ def test_against_reference(cl_ctx, name, lid, cfg):
     assert ok, f"{name} [{cfg}] on {lid}: max relative error {err:.3g}"
 
 
+def assert_right_twice(cl_ctx, v, layer, cfg, xs, prm, ref):
+    """Run a point twice on one LayerRun (input and output in its layouts) and check both:
+    split-K's arrival counters must be back to zero after a run."""
+    lin, lout = v.layouts_of(layer, cfg)
+    x = reference.to_layout(xs[0], lin).reshape(layer.in_shape)
+    r = harness.LayerRun(*cl_ctx, layer, v, cfg)
+    r.set_inputs([x])
+    r.set_params(prm)
+    for attempt in range(2):
+        r.poison_output()
+        r.run()
+        out = reference.from_layout(r.read_output().ravel(), lout, layer.out_shape)
+        ok, err = harness.close(out, ref)
+        assert ok, f"run {attempt}: max relative error {err:.3g}"
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "CHWN", "NHWC"])
 @pytest.mark.parametrize("lid,ksplit,dbuf", [("k3_p1_relu", 2, 1), ("k3_p1_relu", 3, 0),
                                              ("k3x2_s2x1_d1x2_g3_tanh", 2, 0),
@@ -197,17 +213,7 @@ def test_igemm_split_k(cl_ctx, lid, layout, ksplit, dbuf):
     bad = [c.name for c in v.constraints
            if c.level != "hardware" and not c.check(layer, cfg, POCL)]
     assert not bad, bad
-    lin, lout = v.layouts_of(layer, cfg)
-    x = reference.to_layout(xs[0], lin).reshape(layer.in_shape)
-    r = harness.LayerRun(*cl_ctx, layer, v, cfg)
-    r.set_inputs([x])
-    r.set_params(prm)
-    for attempt in range(2):
-        r.poison_output()
-        r.run()
-        out = reference.from_layout(r.read_output().ravel(), lout, layer.out_shape)
-        ok, err = harness.close(out, ref)
-        assert ok, f"run {attempt}: max relative error {err:.3g}"
+    assert_right_twice(cl_ctx, v, layer, cfg, xs, prm, ref)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "CHWN", "NHWC"])
@@ -326,16 +332,7 @@ def test_igemm_split_k_of_the_last_wave(cl_ctx, layout, dbuf, ksplit, tail):
     full = 24 // tail * tail
     (run,) = [l for l in v.launches(layer, cfg, "k") if l.kernel == "k"]
     assert run.gsize[0] == (full + (24 - full) * ksplit) * 4
-    x = reference.to_layout(xs[0], layout).reshape(layer.in_shape)
-    r = harness.LayerRun(*cl_ctx, layer, v, cfg)
-    r.set_inputs([x])
-    r.set_params(prm)
-    for attempt in range(2):
-        r.poison_output()
-        r.run()
-        out = reference.from_layout(r.read_output().ravel(), layout, layer.out_shape)
-        ok, err = harness.close(out, ref)
-        assert ok, f"run {attempt}: max relative error {err:.3g}"
+    assert_right_twice(cl_ctx, v, layer, cfg, xs, prm, ref)
 
 
 # -- device-free --------------------------------------------------------------------------------
