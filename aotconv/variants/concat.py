@@ -4,7 +4,8 @@ MODE="fused": one launch over the output; each work-item picks its source by cha
 MODE="split": one launch per input (kernels <prefix>_0, <prefix>_1, ...), each a plain copy
 into its channel range: no branching, but one launch per input.
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, round_up
+from .base import (Variant, Knob, In, Out, flat_launch, wg_fills_simd, wg_knob,
+                   wg_not_wasteful)
 from ..graph import count
 
 
@@ -13,17 +14,13 @@ class ConcatDirect(Variant):
     ops = ("concat",)
     template = "kernels/concat.cl.mako"
     constraints = (
-        Constraint("wg_not_wasteful", "software",
-                   "a work-group larger than the whole launch only adds idle work-items",
-                   lambda layer, cfg, t: cfg["WG"] <= max(64, count(layer.out_shape))),
-        Constraint("wg_fills_simd", "hardware",
-                   "a work-group smaller than the SIMD width (warp, wavefront) leaves lanes idle",
-                   lambda layer, cfg, t: cfg["WG"] % t.simd_width == 0),
+        wg_not_wasteful(lambda layer, cfg: count(layer.out_shape)),
+        wg_fills_simd(),
     )
 
     def knobs(self, layer, target):
         return [Knob("MODE", ("fused", "split"), "one launch for all inputs, or one per input"),
-                Knob("WG", (64, 32, 128, 256), "work-items per work-group")]
+                wg_knob()]
 
     def template_params(self, layer, cfg):
         n, ct, h, w = layer.out_shape
@@ -36,6 +33,6 @@ class ConcatDirect(Variant):
         m = len(layer.in_shapes)
         if cfg["MODE"] == "fused":
             args = tuple(In(i) for i in range(m)) + (Out(),)
-            return [Launch(prefix, args, (round_up(count(layer.out_shape), wg),), (wg,))]
-        return [Launch(f"{prefix}_{i}", (In(i), Out()), (round_up(count(s), wg),), (wg,))
+            return [flat_launch(prefix, args, count(layer.out_shape), wg)]
+        return [flat_launch(f"{prefix}_{i}", (In(i), Out()), count(s), wg)
                 for i, s in enumerate(layer.in_shapes)]

@@ -13,7 +13,8 @@ average without act that divides by the real positions only (count_include_pad f
 padded positions it would count add zeros, not the bias). Otherwise they are applied at each
 window position, before the sum.
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, ceil_div, round_up
+from .base import (Variant, ceil_div, channel_block_constraints, channel_block_knob, conv_args,
+                   flat_launch, wg_knob)
 from ..ops import split_conv_pool, conv_pool_mid_shape
 
 
@@ -42,22 +43,10 @@ class ConvPoolDirect(Variant):
     name = "conv_pool_direct"
     ops = ("conv_pool",)
     template = "kernels/conv_pool.cl.mako"
-    constraints = (
-        Constraint("kb_divides_group", "algorithm",
-                   "a work-item's block of KB output channels must lie in one group, so that "
-                   "it reads one set of input channels",
-                   lambda layer, cfg, t: (layer.out_shape[1] // layer.attrs["groups"]) % cfg["KB"] == 0),
-        Constraint("wg_not_wasteful", "software",
-                   "a work-group larger than the whole launch only adds idle work-items",
-                   lambda layer, cfg, t: cfg["WG"] <= max(64, _items(layer, cfg))),
-        Constraint("wg_fills_simd", "hardware",
-                   "a work-group smaller than the SIMD width (warp, wavefront) leaves lanes idle",
-                   lambda layer, cfg, t: cfg["WG"] % t.simd_width == 0),
-    )
+    constraints = channel_block_constraints(lambda layer, cfg: _items(layer, cfg))
 
     def knobs(self, layer, target):
-        return [Knob("WG", (64, 32, 128, 256), "work-items per work-group"),
-                Knob("KB", (1, 2, 4, 8), "output channels per work-item (register block)")]
+        return [wg_knob(), channel_block_knob()]
 
     def registers(self, layer, cfg):
         """KB conv accumulators, KB pool accumulators, about 28 for indices and pointers."""
@@ -67,5 +56,4 @@ class ConvPoolDirect(Variant):
         return _sizes(layer)
 
     def launches(self, layer, cfg, prefix):
-        args = (In(0), Param("weight")) + ((Param("bias"),) if layer.attrs["bias"] else ()) + (Out(),)
-        return [Launch(prefix, args, (round_up(_items(layer, cfg), cfg["WG"]),), (cfg["WG"],))]
+        return [flat_launch(prefix, conv_args(layer), _items(layer, cfg), cfg["WG"])]

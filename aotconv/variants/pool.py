@@ -4,7 +4,8 @@ One work-item computes QB neighbouring outputs along a row. Max pooling skips pa
 positions; average pooling divides by the window clipped to the padded input (the ceil_mode
 overhang never counts) and, without count_include_pad, clipped to the input itself.
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, ceil_div, round_up
+from .base import (Variant, Knob, Constraint, In, Out, ceil_div, flat_launch, wg_fills_simd,
+                   wg_knob, wg_not_wasteful)
 
 
 def _items(layer, cfg):
@@ -20,16 +21,12 @@ class PoolDirect(Variant):
         Constraint("qb_within_row", "software",
                    "a block of outputs longer than the output row only adds idle iterations",
                    lambda layer, cfg, t: cfg["QB"] <= max(1, layer.out_shape[3])),
-        Constraint("wg_not_wasteful", "software",
-                   "a work-group larger than the whole launch only adds idle work-items",
-                   lambda layer, cfg, t: cfg["WG"] <= max(64, _items(layer, cfg))),
-        Constraint("wg_fills_simd", "hardware",
-                   "a work-group smaller than the SIMD width (warp, wavefront) leaves lanes idle",
-                   lambda layer, cfg, t: cfg["WG"] % t.simd_width == 0),
+        wg_not_wasteful(lambda layer, cfg: _items(layer, cfg)),
+        wg_fills_simd(),
     )
 
     def knobs(self, layer, target):
-        return [Knob("WG", (64, 32, 128, 256), "work-items per work-group"),
+        return [wg_knob(),
                 Knob("QB", (1, 2, 4), "outputs along a row per work-item")]
 
     def template_params(self, layer, cfg):
@@ -42,5 +39,4 @@ class PoolDirect(Variant):
                     include_pad=a.get("count_include_pad", False))
 
     def launches(self, layer, cfg, prefix):
-        return [Launch(prefix, (In(0), Out()), (round_up(_items(layer, cfg), cfg["WG"]),),
-                       (cfg["WG"],))]
+        return [flat_launch(prefix, (In(0), Out()), _items(layer, cfg), cfg["WG"])]
