@@ -19,6 +19,10 @@
 #   tune-vgg16b16, tune-alexnet-e2e, tune-boda   one network or set of the phases above
 #   nowinograd   AlexNet's set and VGG-16 conv2-4 at batch 16 without conv_winograd (the
 #                "non-Winograd convolution at 60% of peak" figures)
+#   retune-direct  the layers the direct variants serve (pooling, LRN, softmax) of the shipped
+#                records' networks (vgg16 b1 and b16, alexnet b128) tuned over their whole spaces,
+#                then each network built (its conv+pool fusions measured): fresh records after
+#                a change to those variants' classes
 #   all          every phase above in turn (with TOTAL_LIMIT=100000, where no 10-minute
 #                limit applies)
 #
@@ -183,6 +187,20 @@ run_phase() {
                 --layer conv3_2 --layer conv4_1 --layer conv4_2 --quiet \
                 > "$OUT/nowinograd-vgg16b16.txt" 2>>"$LOG" || say "   nowinograd vgg16 b16 failed"
             cp "$AOTCONV_CACHE_DIR/records.jsonl" "$OUT/records-nowinograd.jsonl" 2>/dev/null ;;
+        retune-direct)
+            local spec net batch layers
+            for spec in "vgg16 1 pool1,pool2,pool3,pool4,pool5,prob" \
+                        "vgg16 16 pool1,pool2,pool3,pool4,pool5,prob" \
+                        "alexnet 128 norm1,pool1,norm2,pool2,pool5,prob"; do
+                read -r net batch layers <<< "$spec"
+                step "tune $net b$batch: $layers" timeout -k 10 $(( $(left) > 40 ? $(left) - 20 : 20 )) \
+                    python3 -m aotconv.cli tune "$net" --batch "$batch" --target "$TARGET" \
+                    --budget 200 --quiet $(printf -- '--layer %s ' ${layers//,/ })
+                step "build $net b$batch" timeout -k 10 $(( $(left) > 40 ? $(left) - 20 : 20 )) \
+                    python3 -m aotconv.cli build "$net" --batch "$batch" --target "$TARGET" \
+                    --budget "${RETUNE_BUILD_BUDGET:-30s}" --quiet -o "/tmp/aotconv-retune/$net-b$batch"
+            done
+            cp "$AOTCONV_CACHE_DIR/records.jsonl" "$OUT/records-retune-direct.jsonl" 2>/dev/null ;;
         all) for p in check smoke notune tune-layers tune-vgg16 tune-e2e; do run_phase "$p"; done ;;
         *) say "unknown phase '$1' (check, smoke, notune, tune-layers, tune-vgg16, tune-e2e, all)";
            FAILED+=("phase $1") ;;
