@@ -218,21 +218,23 @@ def summary_line(name, s, ref_label):
 
 
 def e2e_table(rows, ref_label):
-    lines = [f"| network | batch | kernels chosen by | tune + build s | ours run() ms | ours kernels ms | "
+    lines = [f"| network | batch | kernels chosen by | tune + build s | ours run() ms | "
+             f"ours run() from pinned buffers ms | ours kernels ms | "
              f"{ref_label} eager ms | {ref_label} incl. copies ms | ours/{ref_label} (run vs "
              f"incl. copies) | ours/{ref_label} (kernels vs eager) | max error vs {ref_label} |",
-             "|" + "---|" * 11]
+             "|" + "---|" * 12]
     for r in rows:
         o, t = r.get("ours") or {}, r.get("torch") or {}
         b0 = r.get("batch_orig", r["batch"])
         scaled = f" (scaled from {b0})" if b0 != r["batch"] else ""
         if o.get("error"):
             lines.append(f"| {r['net']} | {r['batch']} | {r.get('mode', '')} | "
-                         f"{_f(r.get('build_s'), '{:.1f}')} | {o['error']} | | | | | | |")
+                         f"{_f(r.get('build_s'), '{:.1f}')} | {o['error']} | | | | | | | |")
             continue
         lines.append(
             f"| {r['net']} | {r['batch']}{scaled} | {r.get('mode', '')} | "
             f"{_f(r.get('build_s'), '{:.1f}')} | {_ms(o.get('run_ms'))} | "
+            f"{_ms(o.get('run_pinned_ms'))} | "
             f"{_ms(o.get('kernels_ms'))} | "
             f"{_ms(t.get('eager_ms')) if t.get('eager_ms') else t.get('note', '-')} | "
             f"{_ms(t.get('wall_ms'))} | {_f(r.get('ratio_wall'), '{:.2f}')} | "
@@ -317,7 +319,9 @@ def text_table(doc):
         L.append("  " + summary_line(set_name, s["summary"], ref_label))
     for r in doc.get("e2e", []):
         o, t = r.get("ours") or {}, r.get("torch") or {}
-        L.append(f"e2e {r['net']} b{r['batch']}: run() {_f(o.get('run_ms'), '{:.3f}')} ms, "
+        pinned = (f" (from pinned buffers {o['run_pinned_ms']:.3f} ms)"
+                  if o.get("run_pinned_ms") else "")
+        L.append(f"e2e {r['net']} b{r['batch']}: run() {_f(o.get('run_ms'), '{:.3f}')} ms{pinned}, "
                  f"kernels {_f(o.get('kernels_ms'), '{:.3f}')} ms; {ref_label} eager "
                  f"{_f(t.get('eager_ms'), '{:.3f}')} ms; tune+build "
                  f"{_f(r.get('build_s'), '{:.1f}')} s"

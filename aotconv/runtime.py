@@ -16,6 +16,7 @@ int aotconv_{n}_load_params(aotconv_{n} *net, const char *path);
 int aotconv_{n}_run(aotconv_{n} *net, const float *input, size_t input_count,
                     float *output, size_t output_count);
 int aotconv_{n}_profile(aotconv_{n} *net, double *layer_ms, size_t n);
+int aotconv_{n}_host_buffers(aotconv_{n} *net, float **input, float **output);
 const char *aotconv_{n}_last_error(const aotconv_{n} *net);
 void aotconv_{n}_destroy(aotconv_{n} *net);
 const char *aotconv_{n}_kernel_name(size_t i);
@@ -63,6 +64,7 @@ class Network:
                 break
             self.kernel_names.append(ffi.string(s).decode())
             i += 1
+        self._host = None
         if params and (d / f"{n}.params.bin").exists():
             self.load_params(d / f"{n}.params.bin")
 
@@ -92,6 +94,28 @@ class Network:
             off += c
         return outs[0] if len(outs) == 1 else outs
 
+    def host_buffers(self):
+        """(input, output): numpy arrays over the library's pinned host memory (C
+        host_buffers()), the input in its NCHW shape, the output flat. Fill the input, call
+        run_host(), read the output. They are valid until close()."""
+        if self._host is None:
+            ffi = self.ffi
+            pin, pout = ffi.new("float **"), ffi.new("float **")
+            self._check(self._f("host_buffers")(self.handle, pin, pout))
+            cin = int(np.prod(self.input_shape))
+            cout = sum(int(np.prod(s)) for s in self.output_shapes)
+            xin = np.frombuffer(ffi.buffer(pin[0], 4 * cin), np.float32).reshape(self.input_shape)
+            xout = np.frombuffer(ffi.buffer(pout[0], 4 * cout), np.float32)
+            self._host = (xin, xout, pin[0], pout[0])
+        return self._host[0], self._host[1]
+
+    def run_host(self):
+        """run() from the pinned input to the pinned output of host_buffers()."""
+        xin, xout = self.host_buffers()
+        self._check(self._f("run")(self.handle, self._host[2], xin.size, self._host[3],
+                                   xout.size))
+        return xout
+
     def profile(self):
         """[(kernel name, ms)] of the last run."""
         ms = np.empty(len(self.kernel_names), np.float64)
@@ -99,6 +123,7 @@ class Network:
         return list(zip(self.kernel_names, ms.tolist()))
 
     def close(self):
+        self._host = None
         if getattr(self, "handle", None) is not None:
             self._f("destroy")(self.handle)
             self.handle = None

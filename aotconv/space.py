@@ -224,7 +224,8 @@ def _staged(layer, variant, target, cons):
     points = []
 
     def judge(d, items, pending):
-        """Pending constraints that can judge at depth d; False when one prunes the node."""
+        """Judge the pending constraints that can judge at depth d: None when one prunes the
+        node, else those still waiting (a point at the full depth is kept)."""
         cfg = Config(items) if d == n else _Partial(items, names)
         later = []
         for wait, c in pending:

@@ -30,6 +30,7 @@
 #define aotrt_load_params AOTRT_SYM(load_params)
 #define aotrt_run AOTRT_SYM(run)
 #define aotrt_profile AOTRT_SYM(profile)
+#define aotrt_host_buffers AOTRT_SYM(host_buffers)
 #define aotrt_last_error AOTRT_SYM(last_error)
 #define aotrt_destroy AOTRT_SYM(destroy)
 #define aotrt_cl_error_name AOTRT_SYM(cl_error_name)
@@ -137,6 +138,8 @@ typedef struct aotrt_net {
     int profile;
     int params_set;
     int ran;
+    cl_mem host_mem[2];       /* pinned host memory for one input and one output, on request */
+    float *host_ptr[2];       /* their mappings, valid until destroy */
     char error[2048];
 } aotrt_net;
 
@@ -146,6 +149,7 @@ int aotrt_load_params(aotrt_net *n, const char *path);
 int aotrt_run(aotrt_net *n, const float *input, size_t input_count, float *output,
               size_t output_count);
 int aotrt_profile(aotrt_net *n, double *ms, size_t count);
+int aotrt_host_buffers(aotrt_net *n, float **input, float **output);
 const char *aotrt_last_error(const aotrt_net *n);
 void aotrt_destroy(aotrt_net *n);
 

@@ -339,3 +339,19 @@ def test_repeats_shrink_for_slow_kernels_and_budgets_for_the_deadline():
     assert fit(opts, "400", 20, "x", notes) == "400"          # trials: cannot be fitted
     opts.deadline = None
     assert fit(opts, "5m", 20, "x", notes) == "5m"
+
+
+def test_end_to_end_row_on_pocl_times_run_from_numpy_and_from_the_pinned_buffers(tmp_path):
+    """`aotconv bench --sets e2e` on PoCL: the library is built, run from numpy memory and from
+    its pinned host buffers (whose output must equal the first), and both times are reported."""
+    from aotconv.cli import main
+    out = tmp_path / "e2e.json"
+    assert main(["bench", "--target", "pocl-cpu", "--sets", "e2e", "--e2e", "lenet5:2",
+                 "--no-tune", "--refs", "none", "--repeats", "3", "--warmup", "1", "--quiet",
+                 "--out", str(out), "--workdir", str(tmp_path / "work")]) == 0
+    row = json.loads(out.read_text())["e2e"][0]
+    o = row["ours"]
+    assert "error" not in o and "run_pinned_error" not in o, o
+    assert o["run_ms"] > 0 and o["run_pinned_ms"] > 0 and o["kernels_ms"] > 0
+    md = out.with_suffix(".md").read_text()
+    assert "ours run() from pinned buffers ms" in md

@@ -19,6 +19,8 @@
 #   tune-vgg16b16, tune-alexnet-e2e, tune-boda   one network or set of the phases above
 #   nowinograd   AlexNet's set and VGG-16 conv2-4 at batch 16 without conv_winograd (the
 #                "non-Winograd convolution at 60% of peak" figures)
+#   e2e          end to end only: the networks of E2E_NETS (default vgg16:1,vgg16:16,
+#                alexnet:128), each with E2E_BUDGET (default 20s) of tuning on top of the records
 #   retune-direct  the layers the direct variants serve (pooling, LRN, softmax) of the shipped
 #                records' networks (vgg16 b1 and b16, alexnet b128) tuned over their whole spaces,
 #                then each network built (its conv+pool fusions measured): fresh records after
@@ -187,6 +189,9 @@ run_phase() {
                 --layer conv3_2 --layer conv4_1 --layer conv4_2 --quiet \
                 > "$OUT/nowinograd-vgg16b16.txt" 2>>"$LOG" || say "   nowinograd vgg16 b16 failed"
             cp "$AOTCONV_CACHE_DIR/records.jsonl" "$OUT/records-nowinograd.jsonl" 2>/dev/null ;;
+        e2e)
+            bench e2e --sets e2e --e2e "${E2E_NETS:-vgg16:1,vgg16:16,alexnet:128}" \
+                --e2e-budget "${E2E_BUDGET:-20s}" ;;
         retune-direct)
             local spec net batch layers
             for spec in "vgg16 1 pool1,pool2,pool3,pool4,pool5,prob" \

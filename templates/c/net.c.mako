@@ -94,6 +94,11 @@ int aotconv_${name}_run(aotconv_${name} *net, const float *input, size_t input_c
     return aotrt_run((aotrt_net *)net, input, input_count, output, output_count);
 }
 
+int aotconv_${name}_host_buffers(aotconv_${name} *net, float **input, float **output)
+{
+    return aotrt_host_buffers((aotrt_net *)net, input, output);
+}
+
 int aotconv_${name}_profile(aotconv_${name} *net, double *layer_ms, size_t n)
 {
     return aotrt_profile((aotrt_net *)net, layer_ms, n);

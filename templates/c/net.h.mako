@@ -56,6 +56,12 @@ AOTCONV_${NAME}_API int aotconv_${name}_load_params(aotconv_${name} *net, const 
 AOTCONV_${NAME}_API int aotconv_${name}_run(aotconv_${name} *net, const float *input, size_t input_count,
                   float *output, size_t output_count);
 AOTCONV_${NAME}_API int aotconv_${name}_profile(aotconv_${name} *net, double *layer_ms, size_t n);
+/* Pinned (page-locked) host memory for one input (INPUT_COUNT floats) and one output
+ * (OUTPUT_COUNT floats), owned by the handle: allocated on the first call, the same pointers
+ * afterwards, valid until destroy. Pass them to run() (fill *input first, read *output after):
+ * devices that copy from pinned memory by DMA (NVIDIA) then skip the staging copy of pageable
+ * memory, which dominates run() for large inputs. Either argument may be NULL. */
+AOTCONV_${NAME}_API int aotconv_${name}_host_buffers(aotconv_${name} *net, float **input, float **output);
 AOTCONV_${NAME}_API const char *aotconv_${name}_last_error(const aotconv_${name} *net);
 AOTCONV_${NAME}_API void aotconv_${name}_destroy(aotconv_${name} *net);
 /* the layer and kernel of profile() entry i, or NULL when i is out of range */
