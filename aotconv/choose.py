@@ -208,11 +208,11 @@ def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=No
     return {l.name: out[l.name] for l in layers}
 
 
-def space_report(layer, target):
+def space_report(layer, target, exact=False):
     """Text for `aotconv space NET --layer L`: each variant's space before and after pruning
-    and what every constraint removed."""
+    and what every constraint removed (exact=True: every constraint checked on every point)."""
     from .space import layer_space, report
     from .targets import get_target
     if isinstance(target, str):
         target = get_target(target)
-    return report(layer_space(layer, target, explain=True))
+    return report(layer_space(layer, target, explain=exact), exact)

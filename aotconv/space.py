@@ -461,8 +461,10 @@ def _enumerate_in_workers(layers, target, jobs):
     return done
 
 
-def report(space):
-    """Text for `aotconv space`: sizes before and after pruning and each constraint's toll."""
+def report(space, exact=True):
+    """Text for `aotconv space`: sizes before and after pruning and each constraint's toll.
+    exact=True: `space` was enumerated with explain=True ('first' and 'alone' per constraint);
+    exact=False: by the search's staged walk ('pruned': what each constraint removed there)."""
     l, t = space.layer, space.target
     shape = " + ".join("x".join(map(str, s)) for s in l.in_shapes)
     lines = [f"layer {l.name}: {l.op} {shape} -> {'x'.join(map(str, l.out_shape))}"
@@ -474,18 +476,26 @@ def report(space):
                      f"pruning ({p.pruned} pruned, {pct:.1f}%)")
         lines.append(f"    knobs: {kn}")
         if p.constraints:
-            lines.append(f"    {'constraint':32s} {'level':9s} {'first':>7s} {'alone':>7s}  reason")
+            counts = f"{'first':>7s} {'alone':>7s}" if exact else f"{'pruned':>8s}"
+            lines.append(f"    {'constraint':32s} {'level':9s} {counts}  reason")
         for c in p.constraints:
-            lines.append(f"    {c.name:32s} {c.level:9s} {p.first[c.name]:7d} {p.alone[c.name]:7d}"
-                         f"  {c.reason}")
+            counts = (f"{p.first[c.name]:7d} {p.alone[c.name]:7d}" if exact
+                      else f"{p.first[c.name]:8d}")
+            lines.append(f"    {c.name:32s} {c.level:9s} {counts}  {c.reason}")
             if c.name in p.errors:
                 lines.append(f"      (raised on some points: {p.errors[c.name]})")
     for name, why in space.unsupported:
         lines.append(f"  variant {name}: not applicable ({why})")
     lines.append(f"  total: {space.total} points -> {len(space.candidates)} candidates "
                  f"({space.pruned} pruned)")
-    lines.append("  'first' counts the points a constraint was first to reject (they add up to "
-                 "the pruned total); 'alone' every point that violates it.")
+    if exact:
+        lines.append("  'first' counts the points a constraint was first to reject (they add up "
+                     "to the pruned total); 'alone' every point that violates it.")
+    else:
+        lines.append("  'pruned' counts the points each constraint removed in the search's "
+                     "walk, which judges a constraint as soon as the knobs it reads are set "
+                     "(they add up to the pruned total); --exact checks every constraint on "
+                     "every point ('first' in level order, 'alone'), minutes for conv_igemm.")
     return "\n".join(lines)
 
 

@@ -234,8 +234,12 @@ def test_report_text_names_sizes_and_constraints():
 
 def test_space_report_through_choose():
     from aotconv.choose import space_report
-    text = space_report(relu_layer(), "pocl-cpu")
-    assert "eltwise" in text and "16 points" in text
+    target = replace(TARGETS["pocl-cpu"], max_wg_size=64)
+    quick = space_report(relu_layer(), target)
+    assert "eltwise" in quick and "16 points -> 8 after pruning" in quick
+    assert "pruned  reason" in quick and "'alone'" in quick and "--exact" in quick
+    exact = space_report(relu_layer(), target, exact=True)
+    assert "16 points -> 8 after pruning" in exact and "first   alone  reason" in exact
 
 
 # -- the strategies' geometry ------------------------------------------------------------------

@@ -16,6 +16,10 @@ def add_commands(subparsers, load=None):
     sp.add_argument("--layer", action="append", help="layer name (repeatable; default: all)")
     sp.add_argument("--target", default="auto", help="target profile (default: auto)")
     sp.add_argument("--batch", type=int, help="override the batch size")
+    sp.add_argument("--exact", action="store_true",
+                    help="check every constraint on every point: per constraint the points it "
+                         "rejects first (in level order) and all it rejects (minutes for the "
+                         "implicit-GEMM convolution's millions of points)")
     sp.set_defaults(func=lambda a: cmd_space(a, load))
 
     tp = subparsers.add_parser(
@@ -77,7 +81,7 @@ def cmd_space(args, load=None):
                                f"{', '.join(l.name for l in net.layers)}") from None
         if i:
             print()
-        print(space_report(layer, target))
+        print(space_report(layer, target, exact=args.exact))
     return 0
 
 
