@@ -635,7 +635,7 @@ def environment(dev):
 
 
 def default_paths(a, target_name, date):
-    out = Path(a.out) if a.out else Path("docs") / f"bench-{target_name}-{date}.json"
+    out = Path(a.out) if a.out else Path("build") / "bench" / f"bench-{target_name}-{date}.json"
     md = Path(a.md) if a.md else out.with_suffix(".md")
     return out, md
 
@@ -895,7 +895,7 @@ def add_commands(sub):
     b.add_argument("--jobs", type=int, help="parallel kernel compiles while tuning")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--workdir", default="build/bench", help="where end-to-end builds go")
-    b.add_argument("--out", help="JSON path (default docs/bench-<target>-<date>.json)")
+    b.add_argument("--out", help="JSON path (default build/bench/bench-<target>-<date>.json)")
     b.add_argument("--md", help="markdown path (default: the JSON path with .md)")
     b.add_argument("--from-json", nargs="+", metavar="JSON", help="re-render (and merge) "
                    "earlier results; runs nothing")

@@ -1,6 +1,7 @@
-"""The benchmark layer sets of issue 5, a verbatim copy of ../shared/benchmark_layers.py (the
-GPU machine gets the repository without shared/): (name, N, C, H, W, K, R, S, stride, pad).
-tests/test_bench.py checks that this copy still equals the shared file where that is present.
+"""The benchmark layer sets: (name, N, C, H, W, K, R, S, stride, pad).
+
+AlexNet's five convolutions at batch 128 (the BEAST paper's L1-L5), VGG-16's thirteen at
+batch 1, and Boda's 43 unique convolutions of AlexNet, NiN and Inception-V1 at batch 5.
 """
 
 # AlexNet (Caffe, groups unrolled as in the BEAST paper's L1..L5), batch 128.

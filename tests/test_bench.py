@@ -6,7 +6,6 @@ import argparse
 import importlib.util
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ from aotconv.benchrefs import clblast
 
 H100 = {"name": "h100", "kind": "gpu", "peak_gflops": 66900.0, "peak_gbps": 3350.0,
         "summary": "h100"}
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmark_layers.py"
 
 
 def has(mod):
@@ -26,15 +24,7 @@ def has(mod):
 
 # -- the layer sets ----------------------------------------------------------------------------
 
-@pytest.mark.skipif(not SHARED.exists(), reason="../shared/benchmark_layers.py is not here")
-def test_packaged_sets_equal_the_shared_file():
-    spec = importlib.util.spec_from_file_location("shared_layers", SHARED)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    assert m.SETS == SETS
-
-
-def test_sets_have_the_issue_sizes():
+def test_sets_have_their_published_sizes():
     assert [len(SETS[s]) for s in bench.SET_NAMES] == [5, 13, 43]
     assert {t[1] for t in SETS["alexnet_n128"]} == {128}
     assert {t[1] for t in SETS["boda43_n5"]} == {5}

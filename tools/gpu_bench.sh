@@ -34,7 +34,7 @@
 # is logged and the rest go on; the bench writes its JSON after every layer, so a phase cut
 # short still leaves what it measured. Tuning records go to $OUT/records-<phase>.jsonl.
 # Afterwards, on the development machine:
-#   aotconv bench --from-json OUT/bench-h100-*.json --out docs/bench-h100-DATE.json
+#   aotconv bench --from-json OUT/bench-h100-*.json --out results/h100/sets.json
 set -u
 cd "$(dirname "$0")/.."
 REPO=$PWD

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run tools/gpu_bench.sh phases on the device machine with the records of .gpurec/ as the
-# tuning cache, then pack everything the phases wrote into $OUT/out.tgz (the device tool
-# brings back at most 8 files).
+# tuning cache, then pack everything the phases wrote into one file, $OUT/out.tgz (a remote
+# runner may return only a few files).
 #   bash tools/gpu_phases.sh PHASE...      (env: ALEX_BUDGET, VGG_BUDGET, BODA_BUDGET, ...)
 set -u
 REAL_OUT=${OUT:-build/gpu-out}
