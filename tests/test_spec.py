@@ -9,7 +9,6 @@ from aotconv.errors import SpecError
 from aotconv.spec import load_network, network_from_dict, shipped_networks
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "benchmark_layers.py"
 
 
 def write(tmp_path, text, name="net.yaml"):
@@ -68,10 +67,8 @@ def test_shipped_param_counts_match_the_published_models(name, count):
 
 
 def _bench():
-    spec_ = importlib.util.spec_from_file_location("benchmark_layers", SHARED)
-    mod = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(mod)
-    return mod
+    from aotconv import bench_layers
+    return bench_layers
 
 
 def _convs(net, per_group=True):
@@ -90,14 +87,12 @@ def _convs(net, per_group=True):
     return out
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="benchmark_layers.py not present")
 def test_alexnet_and_vgg16_convs_are_the_benchmark_layers():
     b = _bench()
     assert _convs(load_network("alexnet")) == [t[1:] for t in b.ALEXNET_N128]
     assert _convs(load_network("vgg16")) == [t[1:] for t in b.VGG16_N1]
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="benchmark_layers.py not present")
 def test_boda_convs_come_from_alexnet_nin_inception():
     ours = set()
     for name in ("alexnet", "nin", "inception-v1"):
