@@ -1,5 +1,6 @@
 """The `aotconv` command line: build, targets, networks (and space/tune/bench where present)."""
 import argparse
+import math
 import sys
 
 from . import __version__
@@ -12,8 +13,80 @@ def add_target_args(p):
     p.add_argument("--batch", type=int, help="override the network's batch size")
 
 
+# -- option values, checked before any work ---------------------------------------------------
+# Checked by name, so every subcommand that has the option (build, run, tune, space, bench) gets
+# the same check and the same one-line message, before a kernel is built or a device touched.
+
+SEED_LIMIT = 2 ** 32           # numpy's seeds and the C side's are 32-bit
+
+
+def _opt(name):
+    return "--" + name.replace("_", "-")
+
+
+def check_args(a):
+    """Raise AotconvError (one line, naming the option) for any option value that is out of
+    range, so that bad input fails before anything is built or measured."""
+    seed = getattr(a, "seed", None)
+    if seed is not None and not 0 <= seed < SEED_LIMIT:
+        raise AotconvError(f"--seed {seed}: give an integer from 0 to {SEED_LIMIT - 1}")
+    for name, low in (("batch", 1), ("jobs", 0), ("repeats", 1), ("warmup", 0),
+                      ("verify_images", 0)):
+        v = getattr(a, name, None)
+        if v is not None and v < low:
+            what = "a positive integer" if low == 1 else "an integer >= 0"
+            raise AotconvError(f"{_opt(name)} {v}: give {what}")
+    for name, positive in (("max_measure_s", True), ("deadline", True),
+                           ("verify_max_gflop", False)):
+        v = getattr(a, name, None)
+        if v is not None and not (math.isfinite(v) and (v > 0 if positive else v >= 0)):
+            raise AotconvError(f"{_opt(name)} {v}: give a finite number "
+                               f"{'> 0' if positive else '>= 0'}")
+    for name in ("budget", "set_budget", "e2e_budget"):
+        text = getattr(a, name, None)
+        if text is not None:
+            from .tune.search import parse_budget
+            b = parse_budget(text)
+            if not b.amount > 0 or not math.isfinite(b.amount):
+                raise AotconvError(f"{_opt(name)} '{text}': the budget must be more than "
+                                   f"zero trials or seconds")
+    if getattr(a, "strategy", None) is not None:
+        from .tune import strategies
+        strategies.parse(a.strategy)
+    dbs = getattr(a, "tuning_db", None)
+    if dbs is not None:
+        from .tune.records import check_tuning_db
+        for p in [dbs] if isinstance(dbs, str) else dbs:
+            check_tuning_db(p)
+    if getattr(a, "command", None) == "tune" and getattr(a, "layer", None):
+        _check_layers(a.net, a.batch, a.layer)
+
+
+def _check_layers(source, batch, names):
+    """`tune --layer NAME`: every name must be a layer of the network as it is tuned (after
+    the fusion passes)."""
+    from .passes import optimise
+    from .spec import load_network
+    net = optimise(load_network(source, batch=batch))
+    known = [l.name for l in net.layers]
+    for n in names:
+        if n not in known:
+            raise AotconvError(f"--layer {n}: network '{net.name}' has no layer '{n}' (after "
+                               f"fusion); its layers are: {', '.join(known)}")
+
+
+def check_weights(a):
+    """`build --weights FILE`: read and check the whole file against the network now, not
+    after tuning."""
+    from .params import from_npz
+    from .spec import load_network
+    from_npz(load_network(a.net, batch=a.batch), a.weights)
+
+
 def cmd_build(a):
     from .compiler import compile_network
+    if a.weights:
+        check_weights(a)
     mode = "fallback" if a.no_tune else ("records" if a.records_only else "tune")
     res = compile_network(a.net, target=a.target, outdir=a.output, batch=a.batch,
                           weights=a.weights, seed=a.seed, tune_mode=mode, budget=a.budget,
@@ -76,11 +149,13 @@ def parser():
     add_target_args(b)
     b.add_argument("-o", "--output", help="output directory (default build/<net>)")
     b.add_argument("--weights", help="an .npz with <layer>.<tensor> arrays (default: seeded random)")
-    b.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    b.add_argument("--seed", type=int, default=0,
+                   help=f"seed of the random weights (0 to {SEED_LIMIT - 1})")
     b.add_argument("--budget", help="tuning budget for the whole network: "
                    "trials (200) or time (10m)")
     b.add_argument("--strategy", help="search strategy (see `aotconv tune --help`)")
-    b.add_argument("--tuning-db", help="a JSON-lines file of tuning records to use")
+    b.add_argument("--tuning-db", help="an existing JSON-lines file of tuning records to use "
+                   "(and to append to when tuning)")
     b.add_argument("--no-tune", action="store_true", help="use every variant's fallback choice")
     b.add_argument("--records-only", action="store_true",
                    help="use recorded tuning results and fallbacks; measure nothing new")
@@ -117,6 +192,7 @@ def parser():
 def main(argv=None):
     args = parser().parse_args(argv)
     try:
+        check_args(args)
         return args.func(args) or 0
     except AotconvError as e:
         print(f"aotconv: error: {e}", file=sys.stderr)

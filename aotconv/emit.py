@@ -129,7 +129,18 @@ def write_tuning_json(sch, target, path):
         layers=[dict(name=n, tensor=net.layer(n).inputs[0], src=net.layer(n).attrs["src"],
                      dst=net.layer(n).attrs["dst"]) for n in sch.conversions])
     doc["layout_plan"] = sch.layout_plan.as_dict() if sch.layout_plan is not None else None
-    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    # strict JSON: a non-finite number (an unmeasured or impossible time) is written as null
+    import math
+
+    def finite(v):
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return v
+    Path(path).write_text(json.dumps(finite(doc), indent=1, allow_nan=False) + "\n")
 
 
 def _jsonable(stats):

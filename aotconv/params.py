@@ -69,45 +69,98 @@ def to_npz(net, flat, path):
 def from_npz(net, path):
     """The flat parameters of `net` from an .npz holding `<layer>.<tensor>` arrays.
 
-    Every tensor the network needs must be present with exactly its shape and finite values;
-    a key the network does not use is an error too, since it usually means a misnamed layer.
+    Every tensor the network needs must be present with exactly its shape, a floating-point
+    dtype and finite values (after the cast to float32); a key the network does not use is an
+    error too, since it usually means a misnamed layer. Nothing in the file is unpickled.
     """
     path = str(path)
-    arrays = _read_npz(path)
-    expected = {_key(l, t) for l, t, _, _ in net.param_layout()}
-    extra = sorted(set(arrays) - expected)
-    flat = np.empty(net.param_count(), np.float32)
-    for lname, tname, shape, off in net.param_layout():
-        key = _key(lname, tname)
-        if key not in arrays:
-            hint = f"; the file has keys this network does not use: {', '.join(extra)}" \
-                if extra else ""
-            raise SpecError(f"missing tensor '{key}' of shape {list(shape)}{hint}",
-                            file=path, layer=lname, key=key)
-        a = arrays[key]
-        if tuple(a.shape) != tuple(shape):
-            raise SpecError(f"'{key}' has shape {list(a.shape)}, expected {list(shape)} "
-                            f"(layout: docs/params.md)", file=path, layer=lname, key=key)
-        if a.dtype.kind not in "fiu":
-            raise SpecError(f"'{key}' has dtype {a.dtype}, expected a float array",
-                            file=path, layer=lname, key=key)
-        a = a.astype(np.float32)
-        if not np.all(np.isfinite(a)):
-            raise SpecError(f"'{key}' holds NaN or infinite values", file=path, layer=lname,
-                            key=key)
-        flat[off:off + a.size] = a.ravel()
+    layout = net.param_layout()
+    with _open_npz(path) as z:
+        names = list(z.files)
+        expected = {_key(l, t) for l, t, _, _ in layout}
+        extra = sorted(set(names) - expected)
+        if not names:
+            raise SpecError(f"holds no arrays; network '{net.name}' needs "
+                            f"{_tensor_list(layout)} (layout: docs/params.md)", file=path)
+        flat = np.empty(net.param_count(), np.float32)
+        for lname, tname, shape, off in layout:
+            key = _key(lname, tname)
+            if key not in names:
+                hint = f"; the file has keys this network does not use: {', '.join(extra)}" \
+                    if extra else ""
+                raise SpecError(f"missing tensor '{key}' of shape {list(shape)}{hint}",
+                                file=path, layer=lname, key=key)
+            a = _member(z, key, path, lname)
+            if tuple(a.shape) != tuple(shape):
+                raise SpecError(f"'{key}' has shape {list(a.shape)}, expected {list(shape)} "
+                                f"(layout: docs/params.md)", file=path, layer=lname, key=key)
+            if a.dtype.kind != "f":
+                raise SpecError(f"'{key}' has dtype {a.dtype}, expected a floating-point array "
+                                f"(float16, float32 or float64) of shape {list(shape)}",
+                                file=path, layer=lname, key=key)
+            if not np.all(np.isfinite(a)):
+                raise SpecError(f"'{key}' holds NaN or infinite values", file=path, layer=lname,
+                                key=key)
+            with np.errstate(over="ignore"):
+                a = a.astype(np.float32)
+            if not np.all(np.isfinite(a)):
+                raise SpecError(f"'{key}' holds values too large for float32 (|x| > 3.4e38)",
+                                file=path, layer=lname, key=key)
+            flat[off:off + a.size] = a.ravel()
     if extra:
         raise SpecError(f"keys this network does not use: {', '.join(extra)}; expected "
                         f"'<layer>.<tensor>' for the layers of '{net.name}'", file=path)
     return flat
 
 
-def _read_npz(path):
+def _tensor_list(layout, most=6):
+    items = [f"{_key(l, t)} {list(s)}" for l, t, s, _ in layout]
+    more = f", ... ({len(items)} tensors)" if len(items) > most else ""
+    return ", ".join(items[:most]) + more if items else "no parameters"
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")     # a zip with members; an empty zip
+
+
+def _open_npz(path):
+    """np.load of an .npz archive, never unpickling; anything else is a located error."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise SpecError(f"cannot read as an .npz file: {e}", file=path) from None
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise SpecError(f"cannot read the weights file: {e.strerror or e}", file=path) from None
+    if head.startswith(_NPY_MAGIC):
+        raise SpecError("is a single .npy array; --weights needs an .npz archive with one array "
+                        "per tensor, keys '<layer>.<tensor>' (numpy.savez(path, **arrays); "
+                        "docs/params.md)", file=path)
+    if not head.startswith(_ZIP_MAGICS):
+        raise SpecError("is not an .npz archive (not a zip file); --weights needs an .npz "
+                        "with one array per tensor, keys '<layer>.<tensor>' (docs/params.md)",
+                        file=path)
+    try:
+        z = np.load(path, allow_pickle=False)
+    except Exception as e:       # zipfile.BadZipFile, OSError, ValueError, EOFError, ...
+        raise SpecError(f"cannot read as an .npz archive: {e}", file=path) from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise SpecError("is not an .npz archive", file=path)
+    return z
+
+
+def _member(z, key, path, layer):
+    try:
+        a = z[key]
+    except ValueError as e:
+        why = ("holds Python objects (pickled data), which aotconv never loads; save plain "
+               "float arrays" if "allow_pickle" in str(e) else f"cannot be read: {e}")
+        raise SpecError(f"'{key}' {why}", file=path, layer=layer, key=key) from None
+    except Exception as e:       # a damaged member of the zip
+        raise SpecError(f"'{key}' cannot be read: {e}", file=path, layer=layer,
+                        key=key) from None
+    if not isinstance(a, np.ndarray):
+        raise SpecError(f"'{key}' is not a .npy array inside the archive", file=path,
+                        layer=layer, key=key)
+    return a
 
 
 def write_bin(path, flat):
@@ -124,9 +177,17 @@ def read_bin(path, net):
     try:
         data = Path(path).read_bytes()
     except OSError as e:
-        raise SpecError(f"cannot read the parameters file: {e}", file=path) from None
-    want = net.param_count()
-    if len(data) != want * DISK_DTYPE.itemsize:
-        raise SpecError(f"holds {len(data)} bytes ({len(data) / 4:g} floats); network "
-                        f"'{net.name}' needs {want} float32 = {want * 4} bytes", file=path)
+        raise SpecError(f"cannot read the parameters file: {e.strerror or e}", file=path) from None
+    check_bin_size(path, len(data), net.param_count(), net.name)
     return np.frombuffer(data, DISK_DTYPE).astype(np.float32)
+
+
+def check_bin_size(path, size, want, name):
+    """A params.bin of `size` bytes must hold exactly `want` float32 (no header, no padding)."""
+    if size == want * DISK_DTYPE.itemsize:
+        return
+    got = f"{size // 4} floats" + (f" and {size % 4} stray bytes" if size % 4 else "")
+    what = "truncated: " if size < want * 4 else "too long: "
+    raise SpecError(f"{what}holds {size} bytes ({got}); network '{name}' needs {want} float32 "
+                    f"= {want * 4} bytes (raw little-endian, docs/params.md); rebuild it with "
+                    f"`aotconv build` or write it with aotconv.params.write_bin", file=path)

@@ -1,6 +1,8 @@
 """Load an emitted library through cffi (ABI mode) as a callable network, for tests and scripts."""
 import json
+import os
 from pathlib import Path
+import stat
 
 import numpy as np
 
@@ -38,7 +40,7 @@ class Network:
         if not (d / "tuning.json").is_file():
             raise AotconvError(f"{d}: not an aotconv build directory (no tuning.json); "
                                f"run `aotconv build NET -o {d}` first")
-        meta = json.loads((d / "tuning.json").read_text())
+        meta = _read_meta(d / "tuning.json")
         self.dir, self.meta = d, meta
         n = meta["c_name"]
         self.name = n
@@ -47,7 +49,12 @@ class Network:
         self.param_count = meta["param_count"]
         self.ffi = ffi = FFI()
         ffi.cdef(_CDEF.format(n=n))
-        self.lib = ffi.dlopen(str((d / f"lib{n}.so").resolve()))
+        so = d / f"lib{n}.so"
+        try:
+            self.lib = ffi.dlopen(str(so.resolve()))
+        except OSError as e:
+            raise AotconvError(f"{so}: cannot load the library ({e}); rebuild it with "
+                               f"`aotconv build NET -o {d}`") from None
         self._f = lambda s: getattr(self.lib, f"aotconv_{n}_{s}")
         opts = ffi.new(f"aotconv_{n}_options *")
         opts.platform_index, opts.device_index, opts.profile = -1, -1, int(profile)
@@ -79,7 +86,19 @@ class Network:
                                           flat.size))
 
     def load_params(self, path):
-        self._check(self._f("load_params")(self.handle, str(path).encode()))
+        """Load a <net>.params.bin; a missing, unreadable or wrongly sized file is an
+        AotconvError naming the file and the size the network needs."""
+        from .params import check_bin_size
+        path = str(path)
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise AotconvError(f"{path}: cannot read the parameters file: "
+                               f"{e.strerror or e}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise AotconvError(f"{path}: the parameters file is not a regular file")
+        check_bin_size(path, st.st_size, self.param_count, self.name)
+        self._check(self._f("load_params")(self.handle, os.fsencode(path)))
 
     def __call__(self, x):
         x = np.ascontiguousarray(x, np.float32)
@@ -139,6 +158,27 @@ class Network:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _read_meta(path):
+    """tuning.json's fields the loader needs, or an AotconvError saying the file is damaged."""
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+        ok = (isinstance(meta, dict) and isinstance(meta.get("c_name"), str)
+              and meta["c_name"].isidentifier()
+              and all(isinstance(x, int) for x in meta.get("input_shape") or [None])
+              and isinstance(meta.get("param_count"), int)
+              and isinstance(meta.get("outputs"), list) and meta["outputs"]
+              and all(isinstance(o, dict) and isinstance(o.get("shape"), list)
+                      for o in meta["outputs"]))
+        why = None if ok else "a field the loader needs (c_name, input_shape, outputs, " \
+                              "param_count) is missing or has the wrong type"
+    except (OSError, UnicodeDecodeError, ValueError, TypeError) as e:
+        why = str(e)
+    if why:
+        raise AotconvError(f"{path}: damaged build metadata ({why}); rebuild the directory "
+                           f"with `aotconv build NET -o {path.parent}`")
+    return meta
 
 
 def load(directory, **kwargs):

@@ -1,4 +1,15 @@
-/* Device selection: the target's vendor/device patterns, or AOTCONV_DEVICE / options. */
+/* Device selection: the target's vendor/device patterns, or AOTCONV_DEVICE / options.
+ *
+ * Two kinds of matching, both case-insensitive and both linear in the text (no backtracking,
+ * so no pattern can make create() slow):
+ *  - the user's AOTCONV_DEVICE or options.device_name is a plain SUBSTRING of
+ *    "platform-vendor platform-name device-vendor device-name": no pattern syntax at all
+ *    ('.', '*', '|' are ordinary characters);
+ *  - the target's own patterns (generated from aotconv/targets.py) are '|' alternatives of
+ *    literal pieces joined by '.*'. An alternative matches when its pieces occur in the text in
+ *    order without overlapping; finding each piece at its earliest place after the previous
+ *    one is exact for such patterns, and costs at most |text| x |pattern| comparisons.
+ */
 #include "aotconv_rt.h"
 
 #include <ctype.h>
@@ -6,42 +17,65 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Case-insensitive: does `text` contain a match of `pat` (literal chars and '.*')? */
-static int match_here(const char *p, const char *t)
+#define aotrt_contains AOTRT_SYM(contains)
+int aotrt_contains(const char *text, const char *needle);
+
+/* The first place at or after `t` where the `n` characters of `lit` occur (case-insensitive),
+ * or NULL. */
+static const char *find_ci(const char *t, const char *lit, size_t n)
 {
-    for (;;) {
-        if (*p == '\0' || *p == '|')
-            return 1;
-        if (p[0] == '.' && p[1] == '*') {
-            for (const char *s = t;; ++s) {
-                if (match_here(p + 2, s))
-                    return 1;
-                if (*s == '\0')
-                    return 0;
-            }
-        }
-        if (*t == '\0' || tolower((unsigned char)*p) != tolower((unsigned char)*t))
-            return 0;
-        ++p, ++t;
+    if (n == 0)
+        return t;
+    for (; *t; ++t) {
+        size_t i = 0;
+        while (i < n && t[i] && tolower((unsigned char)t[i]) == tolower((unsigned char)lit[i]))
+            ++i;
+        if (i == n)
+            return t;
+        if (!t[i])
+            return NULL;    /* the rest of the text is shorter than the piece */
     }
+    return NULL;
 }
 
-/* Any '|' alternative of `pattern` occurs somewhere in `text`. */
+/* Is `needle` a case-insensitive substring of `text`? (AOTCONV_DEVICE, options.device_name) */
+int aotrt_contains(const char *text, const char *needle)
+{
+    return find_ci(text, needle, strlen(needle)) != NULL;
+}
+
+/* Do the '.*'-separated literal pieces of the alternative [p, end) occur in `t` in order? */
+static int match_alternative(const char *p, const char *end, const char *t)
+{
+    while (p < end) {
+        const char *star = p;
+        while (star + 1 < end && !(star[0] == '.' && star[1] == '*'))
+            ++star;
+        if (star + 1 >= end)
+            star = end;                    /* no further '.*': the last piece */
+        size_t n = (size_t)(star - p);
+        const char *at = find_ci(t, p, n);
+        if (!at)
+            return 0;
+        t = at + n;
+        p = star == end ? end : star + 2;
+    }
+    return 1;
+}
+
+/* Does any '|' alternative of `pattern` (literal pieces joined by '.*') occur in `text`? */
 int aotrt_match(const char *pattern, const char *text)
 {
     const char *alt = pattern;
-    while (alt) {
-        for (const char *t = text;; ++t) {
-            if (match_here(alt, t))
-                return 1;
-            if (*t == '\0')
-                break;
-        }
-        alt = strchr(alt, '|');
-        if (alt)
-            ++alt;
+    for (;;) {
+        const char *bar = strchr(alt, '|');
+        const char *end = bar ? bar : alt + strlen(alt);
+        if (match_alternative(alt, end, text))
+            return 1;
+        if (!bar)
+            return 0;
+        alt = bar + 1;
     }
-    return 0;
 }
 
 #define MAXP 16
@@ -85,7 +119,7 @@ int aotrt_pick_device(aotrt_net *n, const aotrt_desc *d, const aotrt_options *o)
             if (want) {
                 char all[1100];
                 snprintf(all, sizeof all, "%s %s", vend, dname);
-                ok = aotrt_match(want, all);
+                ok = aotrt_contains(all, want);
             } else if (o && (o->platform_index >= 0 || o->device_index >= 0)) {
                 ok = 1;  /* chosen by index */
             } else {

@@ -1,9 +1,11 @@
 /* The network handle: OpenCL objects made once in create(), the launch table replayed in run(). */
 #include "aotconv_rt.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define CHECK(n, call, what, layer)                                                          \
     do {                                                                                     \
@@ -167,19 +169,40 @@ int aotrt_load_params(aotrt_net *n, const char *path)
     const aotrt_desc *d = n->desc;
     if (!path)
         return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_load_params: path is NULL", d->net);
+    /* the size first: a truncated, padded or wrong network's file is refused before any read */
+    size_t want = d->param_count * sizeof(float);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s': %s", d->net,
+                               path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: '%s' is not a regular file",
+                               d->net, path);
+    if ((unsigned long long)st.st_size != (unsigned long long)want)
+        return aotrt_set_error(n, AOTRT_ERR_IO,
+                               "%s_load_params: '%s' is %s: it holds %llu bytes, the network "
+                               "needs %zu float32 = %zu bytes (raw little-endian, in the "
+                               "header's order); rebuild it with aotconv build", d->net, path,
+                               (unsigned long long)st.st_size < want ? "truncated" : "too long",
+                               (unsigned long long)st.st_size, d->param_count, want);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s'", d->net, path);
+        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s': %s", d->net,
+                               path, strerror(errno));
     float *buf = malloc(d->param_count ? d->param_count * sizeof(float) : 1);
     if (!buf) {
         fclose(f);
         return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
     }
     size_t got = fread(buf, sizeof(float), d->param_count, f);
+    int failed = ferror(f);
     int extra = fgetc(f) != EOF;
     fclose(f);
     int rc;
-    if (got != d->param_count || extra)
+    if (failed)
+        rc = aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: reading '%s' failed after %zu "
+                             "floats", d->net, path, got);
+    else if (got != d->param_count || extra)    /* it changed size while being read */
         rc = aotrt_set_error(n, AOTRT_ERR_IO,
                              "%s_load_params: '%s' holds %s%zu floats, the network has %zu "
                              "parameters (float32, little-endian, in the header's order)",

@@ -12,16 +12,24 @@ Where records live:
     records.jsonl, read and appended by every tuning run;
   - shipped with the package: aotconv/data/<target>.jsonl (read only; AOTCONV_SHIPPED_RECORDS=0
     leaves them out, to tune from nothing);
-  - --tuning-db FILE: read, and appended to as well when tuning.
+  - --tuning-db FILE: read, and appended to as well when tuning (it must exist).
+
+A records file is a cache, so damage never breaks a build: a line that is not UTF-8, not JSON,
+cut short by a killed run or holds a field of the wrong type or an impossible value (a NaN,
+infinite, zero or negative time, an unknown outcome) is skipped, and each file's damaged lines
+are reported in one warning. Appends write one whole line with one write, starting on a fresh
+line when the file does not end with one, so a torn tail never swallows the next record.
 """
 import json
+import math
 import os
 from pathlib import Path
 import sys
 import time
 
 from .. import __version__
-from .measure import Outcome
+from ..errors import AotconvError
+from .measure import Outcome, Status
 
 FORMAT = 1
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -64,6 +72,154 @@ def cfg_from_json(items):
     return Config(tuple((k, _hashable(v)) for k, v in items))
 
 
+# -- what a well-formed record is --------------------------------------------------------------
+
+_STATUSES = frozenset(s.value for s in Status)
+_KEY_STRINGS = ("aotconv", "target", "op", "variant", "template")
+_DEVICE_FIELDS = ("vendor", "name", "driver")
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _knob_value(v):
+    if isinstance(v, list):
+        return all(_knob_value(x) for x in v)
+    return isinstance(v, (str, bool, int)) or _number(v)
+
+
+def check_record(rec):
+    """Why `rec` (a parsed line) is not a well-formed record of this FORMAT, or None if it is.
+
+    Only the known fields are judged; a field this version does not know is carried along,
+    never read. A record of another format is not judged (its fields may differ): Key.matches
+    ignores it."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    fmt = rec.get("format")
+    if not isinstance(fmt, int) or isinstance(fmt, bool):
+        return "'format' is missing or not an integer"
+    if fmt != FORMAT:
+        return None
+    for k in _KEY_STRINGS:
+        if not isinstance(rec.get(k), str) or not rec[k]:
+            return f"'{k}' is missing or not a non-empty string"
+    dev = rec.get("device", False)
+    if dev is not None and not (isinstance(dev, dict) and set(dev) == set(_DEVICE_FIELDS)
+                                and all(isinstance(dev[k], str) for k in _DEVICE_FIELDS)):
+        return "'device' is neither null nor {vendor, name, driver} strings"
+    cfg = rec.get("cfg")
+    if not isinstance(cfg, list) or not all(
+            isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], str) and kv[0]
+            and _knob_value(kv[1]) for kv in cfg):
+        return "'cfg' is not a list of [knob, value] pairs"
+    if len({kv[0] for kv in cfg}) != len(cfg):
+        return "'cfg' names a knob twice"
+    status = rec.get("status")
+    if not isinstance(status, str):
+        return "'status' is missing or not a string"
+    if status not in _STATUSES:
+        return f"'status' {status!r} is not one of {', '.join(sorted(_STATUSES))}"
+    t = rec.get("time_ms")
+    if t is None and status == Status.OK.value:
+        return "an 'ok' record without 'time_ms'"
+    if t is not None and not (_number(t) and t > 0):
+        return f"'time_ms' {t!r} is not a finite positive number of milliseconds"
+    times = rec.get("times", [])
+    if not isinstance(times, list) or not all(_number(x) and x >= 0 for x in times):
+        return "'times' is not a list of finite non-negative numbers"
+    err = rec.get("error")
+    if err is not None and err != "inf" and not (_number(err) and err >= 0):
+        return f"'error' {err!r} is neither a non-negative number nor \"inf\""
+    b = rec.get("build_s")
+    if b is not None and not (_number(b) and b >= 0):
+        return f"'build_s' {b!r} is not a finite non-negative number"
+    for k in ("message", "at", "layer"):
+        if k in rec and not isinstance(rec[k], str):
+            return f"'{k}' is not a string"
+    if "fallback" in rec and not isinstance(rec["fallback"], bool):
+        return "'fallback' is not true or false"
+    return None
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def read_records(path):
+    """(records, damaged) of one file: the well-formed records of this FORMAT in file order,
+    and [(line number, why)] of the lines skipped. Raises OSError when the file cannot be read."""
+    records, damaged = [], []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+            except UnicodeDecodeError:
+                damaged.append((n, "not UTF-8"))
+                continue
+            except ValueError as e:
+                torn = not raw.endswith(b"\n")
+                damaged.append((n, "cut short (the last line, no newline)" if torn
+                                else f"not JSON ({getattr(e, 'msg', e)})"))
+                continue
+            why = check_record(rec)
+            if why:
+                damaged.append((n, why))
+            elif rec["format"] == FORMAT:
+                records.append(rec)
+    return records, damaged
+
+
+_warned = {}        # path -> damaged lines already reported (one warning per file, not per read)
+
+
+def _warn_damaged(path, damaged):
+    if not damaged or _warned.get(str(path)) == len(damaged):
+        return
+    _warned[str(path)] = len(damaged)
+    shown = "; ".join(f"line {n}: {why}" for n, why in damaged[:3])
+    more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+    print(f"aotconv: warning: {path}: skipped {len(damaged)} damaged tuning "
+          f"record{'s' if len(damaged) > 1 else ''} ({shown}{more}); the other records are "
+          f"used; delete those lines to silence this", file=sys.stderr, flush=True)
+
+
+def _load_file(path, required=False):
+    """The usable records of `path`, damaged lines skipped and reported; an unreadable file is
+    a warning (a cache must not break a build) unless `required`."""
+    try:
+        records, damaged = read_records(path)
+    except OSError as e:
+        if required:
+            raise AotconvError(f"{path}: cannot read tuning records: "
+                               f"{e.strerror or e}") from None
+        if _warned.get(str(path)) != "unreadable":
+            _warned[str(path)] = "unreadable"
+            print(f"aotconv: warning: {path}: cannot read tuning records "
+                  f"({e.strerror or e}); going on without them", file=sys.stderr, flush=True)
+        return [], 0
+    _warn_damaged(path, damaged)
+    return records, len(damaged)
+
+
+def check_tuning_db(path):
+    """A --tuning-db FILE must be an existing, readable regular file: a misspelt name must not
+    silently tune (and write) into nowhere."""
+    p = Path(path)
+    if not p.exists():
+        raise AotconvError(f"--tuning-db {path}: no such file; name an existing records file "
+                           f"(to start a new one, create it empty first: touch {path})")
+    if not p.is_file():
+        raise AotconvError(f"--tuning-db {path}: not a regular file; name a JSON-lines "
+                           f"records file")
+    if not os.access(p, os.R_OK):
+        raise AotconvError(f"--tuning-db {path}: not readable (permission denied)")
+    return p
+
+
 class Key:
     """What a record must match to be used for one (layer, variant) on one device/target."""
 
@@ -93,19 +249,21 @@ class Key:
 class Store:
     """Records read from several files, appended to one (or two) of them."""
 
-    def __init__(self, read=(), write=()):
+    def __init__(self, read=(), write=(), required=()):
         self.read_paths = [Path(p) for p in read]
         self.write_paths = [Path(p) for p in write]
+        self.required = {Path(p) for p in required}   # unreadable: an error, not a warning
         self._by_op = None
-        self.malformed = 0
+        self.malformed = 0                            # damaged lines skipped
 
     @classmethod
     def default(cls, target, tuning_db=None):
         dbs = [tuning_db] if isinstance(tuning_db, (str, os.PathLike)) else list(tuning_db or [])
+        dbs = [check_tuning_db(p) for p in dbs]
         shipped = [] if os.environ.get("AOTCONV_SHIPPED_RECORDS") == "0" else \
             [shipped_file(target.name)]
         read = shipped + [cache_file()] + dbs
-        return cls(read=read, write=[cache_file()] + dbs)
+        return cls(read=read, write=[cache_file()] + dbs, required=dbs)
 
     def _load(self):
         if self._by_op is not None:
@@ -113,19 +271,13 @@ class Store:
         self._by_op = {}
         seen = set()
         for p in self.read_paths + self.write_paths:
-            if p in seen or not p.is_file():
+            if p in seen or not (p.exists() or p in self.required):
                 continue
             seen.add(p)
-            with open(p, encoding="utf-8") as f:
-                for line in f:
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        rec = json.loads(line)
-                        self._by_op.setdefault((rec["op"], rec["variant"]), []).append(rec)
-                    except (ValueError, KeyError, TypeError):
-                        self.malformed += 1        # a torn last line of a killed run, say
+            records, damaged = _load_file(p, required=p in self.required)
+            self.malformed += damaged
+            for rec in records:
+                self._by_op.setdefault((rec["op"], rec["variant"]), []).append(rec)
 
     def lookup(self, key):
         """{Config: Outcome} of the records matching `key`; a later record of a cfg wins."""
@@ -140,20 +292,26 @@ class Store:
         return out
 
     def append(self, key, cfg, outcome, **extra):
-        """Write one record to every write path (flushed at once: a killed run loses nothing)."""
+        """Write one record to every write path, as one whole line in one write (a killed run
+        loses at most the record being written, and never damages the ones before or after)."""
         rec = key.fields()
         rec["cfg"] = cfg_to_json(cfg)
         rec.update(outcome.as_dict())
         rec["at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         rec.update(extra)
-        line = json.dumps(rec, sort_keys=False) + "\n"
+        why = check_record(rec)
+        try:
+            line = None if why else (json.dumps(rec, allow_nan=False) + "\n").encode("utf-8")
+        except (TypeError, ValueError) as e:
+            why = str(e)
+        if why:
+            # an impossible measurement (a NaN time, say) is not kept: it would mislead later
+            print(f"aotconv: warning: not recording {rec['variant']} {cfg} of layer "
+                  f"{rec.get('layer', rec['op'])}: {why}", file=sys.stderr)
+            return rec
         for p in self.write_paths:
             try:
-                p.parent.mkdir(parents=True, exist_ok=True)
-                with open(p, "a", encoding="utf-8") as f:
-                    _lock(f)
-                    f.write(line)
-                    f.flush()
+                append_line(p, line)
             except OSError as e:
                 print(f"aotconv: warning: cannot append a tuning record to {p}: {e}",
                       file=sys.stderr)
@@ -162,23 +320,36 @@ class Store:
         return rec
 
 
-def _lock(f):
+def append_line(path, line):
+    """Append `line` (bytes ending in a newline) to `path` under an exclusive lock, in one
+    write; if the file's last byte is not a newline (a torn record), start a fresh line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        _lock(fd)                                   # released when the file closes
+        size = os.fstat(fd).st_size
+        if size:
+            os.lseek(fd, size - 1, os.SEEK_SET)     # O_APPEND: writes still go to the end
+            if os.read(fd, 1) != b"\n":
+                line = b"\n" + line
+        done = os.write(fd, line)
+        while done < len(line):                     # a short write (disk full) goes on, or raises
+            done += os.write(fd, line[done:])
+    finally:
+        os.close(fd)
+
+
+def _lock(fd):
     try:
         import fcntl
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)   # released when the file closes
+        fcntl.flock(fd, fcntl.LOCK_EX)
     except (ImportError, OSError):
         pass
 
 
 def read_log(path):
-    """Every record of a file (for replays and the study), in order."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    return out
+    """Every well-formed record of a file (for replays and the study), in order; damaged lines
+    are skipped with one warning."""
+    records, _ = _load_file(path, required=True)
+    return records
