@@ -2,7 +2,6 @@
 import json
 import os
 from pathlib import Path
-import stat
 
 import numpy as np
 
@@ -86,19 +85,9 @@ class Network:
                                           flat.size))
 
     def load_params(self, path):
-        """Load a <net>.params.bin; a missing, unreadable or wrongly sized file is an
-        AotconvError naming the file and the size the network needs."""
-        from .params import check_bin_size
-        path = str(path)
-        try:
-            st = os.stat(path)
-        except OSError as e:
-            raise AotconvError(f"{path}: cannot read the parameters file: "
-                               f"{e.strerror or e}") from None
-        if not stat.S_ISREG(st.st_mode):
-            raise AotconvError(f"{path}: the parameters file is not a regular file")
-        check_bin_size(path, st.st_size, self.param_count, self.name)
-        self._check(self._f("load_params")(self.handle, os.fsencode(path)))
+        """Load a <net>.params.bin (the C load_params: a missing, unreadable or wrongly sized
+        file is a LibraryError [-6] naming the file and the size the network needs)."""
+        self._check(self._f("load_params")(self.handle, os.fsencode(str(path))))
 
     def __call__(self, x):
         x = np.ascontiguousarray(x, np.float32)

@@ -178,13 +178,14 @@ int aotrt_load_params(aotrt_net *n, const char *path)
     if (!S_ISREG(st.st_mode))
         return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: '%s' is not a regular file",
                                d->net, path);
-    if ((unsigned long long)st.st_size != (unsigned long long)want)
+    unsigned long long size = (unsigned long long)st.st_size;
+    if (size != (unsigned long long)want)
         return aotrt_set_error(n, AOTRT_ERR_IO,
-                               "%s_load_params: '%s' is %s: it holds %llu bytes, the network "
-                               "needs %zu float32 = %zu bytes (raw little-endian, in the "
-                               "header's order); rebuild it with aotconv build", d->net, path,
-                               (unsigned long long)st.st_size < want ? "truncated" : "too long",
-                               (unsigned long long)st.st_size, d->param_count, want);
+                               "%s_load_params: '%s' holds %llu floats%s (%llu bytes, %s); the "
+                               "network has %zu parameters = %zu bytes (float32, little-endian, "
+                               "in the header's order): rebuild it with aotconv build", d->net,
+                               path, size / 4, size % 4 ? " and stray bytes" : "", size,
+                               size < want ? "truncated" : "too long", d->param_count, want);
     FILE *f = fopen(path, "rb");
     if (!f)
         return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s': %s", d->net,
