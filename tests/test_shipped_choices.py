@@ -180,8 +180,11 @@ def _differences(want, got):
     if [l["layer"] for l in want["layers"]] != [l["layer"] for l in got["layers"]] and not out:
         out.append("layer order changed")
     for k in ("pool_fusion", "layout_conversions", "layout_plan_changed"):
-        if not _same(want[k], got[k]):
-            out.append(f"{k}: {want[k]} -> {got[k]}")
+        a, b = want[k], got[k]
+        for i in range(max(len(a), len(b))):
+            x, y = (a[i] if i < len(a) else None), (b[i] if i < len(b) else None)
+            if not _same(x, y):
+                out.append(f"{k}[{i}]: {x} -> {y}")
     return out
 
 
