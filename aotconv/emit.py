@@ -7,13 +7,16 @@ import os
 from pathlib import Path
 import re
 import shutil
+import subprocess
 
 from mako.lookup import TemplateLookup
 
 from . import __version__
+from .errors import AotconvError
 from .variants.base import TEMPLATE_DIR
 from .harness import BUILD_OPTIONS
-from .schedule import c_ident
+from .names import c_comment, c_ident
+from .names import c_string as c_literal
 from .layouts import layouts_of
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime_c"
@@ -21,17 +24,53 @@ _lookup = TemplateLookup(directories=[str(TEMPLATE_DIR)], strict_undefined=True)
 
 
 def c_string(text):
-    """`text` as a C string literal, one source line per literal piece, readable in the .c."""
-    out = []
-    for line in text.splitlines(keepends=True) or [""]:
-        esc = line.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
-        out.append(f'    "{esc}"')
-    return "\n".join(out)
+    """`text` as a C string literal, one source line per literal piece, readable in the .c
+    (each piece escaped by names.c_string, so any text is safe)."""
+    return "\n".join(f"    {c_literal(line)}" for line in text.splitlines(keepends=True) or [""])
 
 
 def _pattern(regex):
     """Target regexes are simple ('|' alternatives, '.*'); drop regex escapes for the C matcher."""
-    return re.sub(r"\\(.)", r"\1", regex).replace('"', "")
+    return re.sub(r"\\(.)", r"\1", regex)
+
+
+def _param_macros(net):
+    """[(macro, offset, comment)] of the parameter tensors; two tensors one macro is an error
+    (spec.py keeps layer C names apart ignoring case; this holds for any Network)."""
+    out, seen = [], {}
+    for lname, tname, shape, off in net.param_layout():
+        macro = c_ident(f"{lname}_{tname}").upper()
+        if macro in seen:
+            raise AotconvError(f"layers '{seen[macro]}' and '{lname}' both give the header macro "
+                               f"..._PARAM_{macro}_OFFSET; rename one of them")
+        seen[macro] = lname
+        out.append(dict(macro=macro, offset=off,
+                        shape=f"{lname}.{tname} " + "x".join(map(str, shape))))
+    return out
+
+
+def check_net_name(name, cc=None):
+    """Raise when the network name is a macro of the headers the runtime includes (NULL,
+    stdout, CL_SUCCESS...): the build pastes it into the runtime's symbols as AOTRT_NS.
+
+    Asks the C compiler that will build the library; when it cannot run, ninja reports."""
+    cc = cc or os.environ.get("CC", "cc")
+    sources = sorted(str(f) for f in RUNTIME_DIR.glob("*.c"))
+    macros = set()
+    for src in sources:
+        try:
+            proc = subprocess.run(cc.split() + ["-std=c11", "-dM", "-E", "-DAOTRT_NS=aotconv_ns",
+                                                f"-I{RUNTIME_DIR}", src],
+                                  capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return
+        if proc.returncode != 0:
+            return
+        macros.update(m.group(1) for m in re.finditer(r"^#define ([A-Za-z_]\w*)", proc.stdout,
+                                                       re.M))
+    if name in macros:
+        raise AotconvError(f"the network name '{name}' is a macro of the C headers the library "
+                           f"is built with ({cc}); rename the network (`name:` in the net.yaml)")
 
 
 def _arg_c(a):
@@ -51,6 +90,7 @@ def emit(sch, target, outdir, cc=None):
     """Write every generated text file of `sch` (a Schedule) into `outdir`."""
     net = sch.net
     name = c_ident(net.name)
+    check_net_name(name, cc)
     out = Path(outdir)
     (out / "kernels").mkdir(parents=True, exist_ok=True)
     for old in (out / "kernels").glob("*.cl"):
@@ -72,15 +112,13 @@ def emit(sch, target, outdir, cc=None):
                              nargs=len(l.args), args=[_arg_c(a) for a in l.args] or ["{0}"],
                              dims=dims, **{"global": ", ".join(map(str, g))},
                              local=", ".join(map(str, loc))))
-    params = []
-    for lname, tname, shape, off in net.param_layout():
-        params.append(dict(macro=c_ident(f"{lname}_{tname}").upper(), offset=off,
-                           shape=f"{lname}.{tname} " + "x".join(map(str, shape))))
+    params = _param_macros(net)
     outputs_doc = ", ".join(f"{t} {'x'.join(map(str, net.shape_of(t)))}" for t in net.outputs)
     ns = dict(name=name, NAME=name.upper(), target=target.name, version=__version__,
               input_shape=net.input_shape, input_count=sch.input[1],
               output_count=sch.output_count, outputs_doc=outputs_doc,
-              param_count=sch.param_count, kernel_count=len(sch.run_launches), params=params)
+              param_count=sch.param_count, kernel_count=len(sch.run_launches), params=params,
+              comment=c_comment)
     (out / f"{name}.h").write_text(_render("c/net.h.mako", **ns))
     programs = [dict(layer=p.layer, file=p.file, cstring=c_string(p.source)) for p in sch.programs]
     (out / f"{name}.c").write_text(_render(
@@ -88,7 +126,8 @@ def emit(sch, target, outdir, cc=None):
         buffers=sch.buffers, params=sch.params, launches=launches, outputs=sch.outputs,
         input=sch.input, output_count=sch.output_count, param_count=sch.param_count,
         kernel_count=len(sch.run_launches), vendor_pattern=_pattern(target.vendor),
-        device_pattern=_pattern(target.device), build_options=" ".join(BUILD_OPTIONS)))
+        device_pattern=_pattern(target.device), build_options=" ".join(BUILD_OPTIONS),
+        comment=c_comment, cstr=c_literal))
     objects = [(f"{name}.c", f"{name}.o")] + [
         (f"runtime/{f.name}", f"rt_{f.stem}.o") for f in sorted(runtime.glob("*.c"))]
     (out / "build.ninja").write_text(_render(

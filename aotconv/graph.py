@@ -19,7 +19,8 @@ Normalised layer attributes (spec.py produces them, variants and the reference r
 `act` is one of none, relu, sigmoid, tanh, leaky_relu; `alpha` is the leaky slope.
 """
 from dataclasses import dataclass, field
-import re
+
+from .names import c_ident  # noqa: F401  (where the other modules import it from)
 
 ACTS = ("none", "relu", "sigmoid", "tanh", "leaky_relu")
 ACT_OPS = ("relu", "sigmoid", "tanh", "leaky_relu")
@@ -104,9 +105,3 @@ def count(shape):
     for d in shape:
         n *= d
     return n
-
-
-def c_ident(name):
-    """The C identifier a name becomes in emitted code (kernels, symbols, files)."""
-    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return s if re.match(r"[A-Za-z_]", s) else "_" + s

@@ -5,6 +5,7 @@ OpError(key, message), which spec.py turns into a SpecError naming file, line an
 """
 
 from .graph import ACTS, ACT_OPS, count
+from .names import shown
 
 
 class OpError(Exception):
@@ -15,6 +16,7 @@ class OpError(Exception):
 
 # op -> {key: (types, default)}; a default of REQUIRED means the key must be given.
 REQUIRED = object()
+_FLT_MIN = 1.1754943508222875e-38
 _int = (int,)
 _act = {"act": ((str,), "none"), "alpha": ((int, float), 0.01)}
 _size2 = (int, list)
@@ -92,7 +94,7 @@ def normalise(op, raw):
             a["alpha"] = 0.01
     if "act" in a:
         if a["act"] not in ACTS:
-            raise OpError("act", f"unknown activation {a['act']!r}; use one of {', '.join(ACTS)}")
+            raise OpError("act", f"unknown activation '{shown(a['act'])}'; use one of {', '.join(ACTS)}")
         a["alpha"] = float(a["alpha"])
     if op == "conv":
         a["kernel"] = _pair("kernel", a["kernel"])
@@ -123,10 +125,14 @@ def normalise(op, raw):
             a[k] = float(a[k])
     elif op == "batchnorm":
         a["eps"] = float(a["eps"])
-        if a["eps"] <= 0:
-            raise OpError("eps", f"must be > 0, got {a['eps']}")
+        # the kernels add eps in float32: one that rounds to 0 there divides by zero
+        if not a["eps"] >= _FLT_MIN:
+            raise OpError("eps", f"must be > 0 and at least {_FLT_MIN:.4g} (the smallest normal "
+                                 f"float32), got {a['eps']}")
     elif op == "dropout":
         a["p"] = float(a["p"])
+        if not 0.0 <= a["p"] < 1.0:
+            raise OpError("p", f"the drop probability must be in [0, 1), got {a['p']}")
     return a
 
 

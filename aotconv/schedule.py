@@ -8,7 +8,8 @@ layout_convert layer is inserted wherever a layer reads a layout its producer do
 """
 from dataclasses import dataclass, field
 
-from .graph import c_ident, count
+from .graph import count
+from .names import c_comment, c_ident, kernel_prefix
 from .ops import is_alias
 from .passes import resolve_alias
 from .layouts import insert_conversions, fallback_convert_choices
@@ -24,8 +25,24 @@ class Buffer:
 @dataclass
 class Program:
     layer: str
-    file: str           # kernels/<file>.cl
+    file: str           # kernels/<file>.cl: the layer's C name, unique ignoring case
     source: str
+
+
+def program_files(layers):
+    """{layer name: kernels/ file stem}: the C name of each layer, made unique ignoring case.
+
+    spec.py already rejects user layers whose C names meet; a layer the compiler adds (a
+    layout conversion, `<tensor>_to_nhwc`) may still meet one, and then takes a suffix."""
+    used, out = set(), {}
+    for l in layers:
+        base = stem = c_ident(l.name)
+        i = 2
+        while stem.lower() in used:
+            stem, i = f"{base}_{i}", i + 1
+        used.add(stem.lower())
+        out[l.name] = stem
+    return out
 
 
 @dataclass
@@ -119,6 +136,13 @@ def plan_activations(net):
     return assign, slots, sum(size.values())
 
 
+def _source_head(layer, choice):
+    """The first line of a layer's kernel file: which layer (by its own name, which the file
+    name and the kernel names only map) and what was chosen for it."""
+    fused = f", fused {', '.join(layer.fused)}" if layer.fused else ""
+    return "// " + c_comment(f"layer {layer.name}: {layer.op}, {choice.variant}{fused}") + "\n"
+
+
 def build_schedule(net, choices, convert=None):
     """The Schedule for `net` (after passes) with `choices` {layer: Choice}.
 
@@ -152,16 +176,20 @@ def build_schedule(net, choices, convert=None):
         sch.buffers.append(Buffer("scratch", 4 * scratch, "scratch"))
         scratch_buf = len(sch.buffers) - 1
 
+    files = program_files([l for l in net.layers if not is_alias(l)])
     for l in net.layers:
         if is_alias(l):
             continue
         c = choices[l.name]
-        v, prefix = c.impl, c_ident(l.name)
+        # kernels are named k_<file>: a layer may be called N, WG, int or kernel, which the
+        # templates #define or OpenCL reserves
+        v, prefix = c.impl, kernel_prefix(files[l.name])
         extra = {}
         for bname, floats in v.buffers(l, c.cfg).items():
             sch.buffers.append(Buffer(f"{l.name}.{bname}", 4 * max(floats, 1), "extra"))
             extra[bname] = len(sch.buffers) - 1
-        sch.programs.append(Program(l.name, prefix, v.render(l, c.cfg, prefix)))
+        sch.programs.append(Program(l.name, files[l.name], _source_head(l, c) +
+                                    v.render(l, c.cfg, prefix)))
         prog = len(sch.programs) - 1
         for launch in v.launches(l, c.cfg, prefix):
             args = []

@@ -6,10 +6,16 @@ silently merges. The nodes become `_Map`s (key -> (value, line)); a Python dict 
 `network_from_dict` becomes the same structure, so both sources share one validator.
 
 Steps: top-level keys -> each layer's keys, types and normalised attributes (ops.SCHEMA,
-ops.normalise) -> input names and arity -> stable topological sort (file order where the
-graph allows) -> shape inference (ops.infer) in that order.
+ops.normalise) -> names (aotconv.names: the rule, and no two layers one C name) -> input
+names and arity -> stable topological sort (file order where the graph allows) -> shape
+inference (ops.infer) in that order.
+
+Hostile input stays an error on one line: nesting is bounded (MAX_DEPTH) while nodes are
+composed and converted, numbers must be finite and fit the kernels' types, and every user
+string a message quotes is escaped and shortened (names.shown).
 """
 import heapq
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -19,12 +25,19 @@ import yaml
 
 from . import ops
 from .errors import SpecError
-from .graph import Layer, Network, c_ident
+from .graph import Layer, Network, count
+from .names import c_ident, layer_name_problem, net_name_problem, shown
 
 NETS_DIR = Path(__file__).parent / "nets"
 TOP_KEYS = ("name", "input", "layers", "outputs")
 LAYER_KEYS = ("name", "op", "inputs")
-_C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# a net.yaml nests 4 levels (top mapping, layers, a layer, a [h, w] list); anything far deeper
+# is a mistake or an attack on the recursion limit
+MAX_DEPTH = 32
+# kernels index tensors and take sizes as 32-bit ints; float attributes become float32 literals
+INT_MAX = 2**31 - 1
+MAX_ELEMENTS = INT_MAX
+FLT_MAX = 3.4028234663852886e38
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,16 +80,34 @@ def network_from_dict(d, file="<dict>", batch=None):
     """The validated Network of an already-parsed description (tests, other front ends).
 
     A dict has no lines, so errors give a layer's 1-based position in `layers` as its line.
+    The same rules as a net.yaml's apply (names, numbers, nesting depth); tuples count as lists.
     """
     if not isinstance(d, dict):
         raise SpecError("the description must be a mapping with name, input, layers", file=file)
     items = {}
     for k, v in d.items():
-        if k == "layers" and isinstance(v, list):
-            v = [_Map(i + 1, {lk: (lv, i + 1) for lk, lv in l.items()}) if isinstance(l, dict)
-                 else l for i, l in enumerate(v)]
+        if k == "layers" and isinstance(v, (list, tuple)):
+            v = [_from_py(l, file, i + 1, 2) for i, l in enumerate(v)]
+        else:
+            v = _from_py(v, file, None, 1)
         items[k] = (v, None)
     return _build(_Map(None, items), file, batch)
+
+
+def _from_py(v, file, line, depth, stack=()):
+    """Python values -> the located values _parse makes: dicts become _Maps (at `line`), tuples
+    lists; nesting deeper than MAX_DEPTH, or a container inside itself, is an error."""
+    if not isinstance(v, (dict, list, tuple)):
+        return v
+    if depth > MAX_DEPTH or id(v) in stack:
+        what = "contains itself" if id(v) in stack else f"nests more than {MAX_DEPTH} levels deep"
+        raise SpecError(f"the description {what}; a network needs 4 levels", file=file,
+                        line=line)
+    stack = stack + (id(v),)
+    if isinstance(v, dict):
+        return _Map(line, {k: (_from_py(x, file, line, depth + 1, stack), line)
+                           for k, x in v.items()})
+    return [_from_py(x, file, line, depth + 1, stack) for x in v]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,8 +124,25 @@ class _Map:
         return self.items[key][1] if key in self.items else self.line
 
 
+class _TooDeep(Exception):
+    def __init__(self, line):
+        self.line = line
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads 1e-4 as a float (YAML 1.2 does; PyYAML's 1.1 wants 1.0e-4)."""
+    """SafeLoader that also reads 1e-4 as a float (YAML 1.2 does; PyYAML's 1.1 wants 1.0e-4)
+    and stops composing past MAX_DEPTH levels (its composer recurses once per level)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        if self._depth >= MAX_DEPTH:
+            raise _TooDeep(self.peek_event().start_mark.line + 1)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 _Loader.add_implicit_resolver(
@@ -112,6 +160,9 @@ def _parse(text, file):
             raise SpecError("the file is empty; it needs name, input and layers", file=file,
                             line=1)
         return _value(root, loader, file, {})
+    except _TooDeep as e:
+        raise SpecError(f"nested more than {MAX_DEPTH} levels deep; a net.yaml needs 4 (top, "
+                        f"layers, a layer, a [h, w] list)", file=file, line=e.line) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         what = ": ".join(s for s in (e.context, e.problem) if s)
@@ -123,36 +174,55 @@ def _parse(text, file):
         loader.dispose()
 
 
-def _value(node, loader, file, memo):
+def _value(node, loader, file, memo, heights=None):
     """Plain values for scalars, lists for sequences, _Maps for mappings.
 
     `memo` converts an aliased node once, so `*anchor` costs nothing and cannot explode.
+    Converting recurses no deeper than the composer did (MAX_DEPTH), but aliases can stack
+    shallow anchors into a deep value (`- &b [*a]`, `- &c [*b]`, ...): `heights` (each
+    collection's depth) keeps every value within MAX_DEPTH, and a collection inside itself
+    (`&a [*a]`) is an error too.
     """
+    heights = {} if heights is None else heights
     if id(node) in memo:
+        if id(node) not in heights:
+            raise SpecError("a collection contains itself (through an alias); remove the alias",
+                            file=file, line=node.start_mark.line + 1)
         return memo[id(node)]
     if isinstance(node, yaml.MappingNode):
         m = memo[id(node)] = _Map(node.start_mark.line + 1, {})
+        children = []
         for knode, vnode in node.value:
             line = knode.start_mark.line + 1
             if not isinstance(knode, yaml.ScalarNode):
                 raise SpecError("a key must be a plain name", file=file, line=line)
             key = loader.construct_object(knode)
+            if not isinstance(key, (str, int, float)) or isinstance(key, bool):
+                raise SpecError("a key must be a plain name", file=file, line=line)
             if key in m.items:
-                raise SpecError(f"duplicate key '{key}' (first given on line {m.items[key][1]}); "
-                                f"remove one of them", file=file, line=line,
-                                layer=_name_in(m.items), key=str(key))
-            m.items[key] = (_value(vnode, loader, file, memo), line)
-        return m
-    if isinstance(node, yaml.SequenceNode):
+                raise SpecError(f"duplicate key '{shown(key)}' (first given on line "
+                                f"{m.items[key][1]}); remove one of them", file=file, line=line,
+                                layer=_name_in(m.items), key=shown(key))
+            m.items[key] = (_value(vnode, loader, file, memo, heights), line)
+            children.append(vnode)
+        out = m
+    elif isinstance(node, yaml.SequenceNode):
         out = memo[id(node)] = []
-        out.extend(_value(n, loader, file, memo) for n in node.value)
-        return out
-    return loader.construct_object(node)
+        out.extend(_value(n, loader, file, memo, heights) for n in node.value)
+        children = node.value
+    else:
+        return loader.construct_object(node)
+    h = heights[id(node)] = 1 + max((heights.get(id(c), 0) for c in children), default=0)
+    if h > MAX_DEPTH:
+        raise SpecError(f"nested more than {MAX_DEPTH} levels deep (through aliases); a "
+                        f"net.yaml needs 4", file=file, line=node.start_mark.line + 1)
+    return out
 
 
 def _name_in(items):
+    """The layer name to show in messages: as written when valid, else escaped and shortened."""
     name = items.get("name", (None,))[0]
-    return name if isinstance(name, str) else None
+    return shown(name) if isinstance(name, str) and name else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,7 +248,10 @@ def _has_type(v, types):
 
 
 def _describe(v):
-    return "a mapping" if isinstance(v, _Map) else repr(v)
+    """A value as a message shows it: one line, bounded however long or deep it is."""
+    if isinstance(v, _Map):
+        return "a mapping"
+    return shown(v, 60) if not isinstance(v, str) else "'" + shown(v, 60) + "'"
 
 
 class _Where:
@@ -190,7 +263,8 @@ class _Where:
     def error(self, key, message, line=None):
         if line is None:
             line = self.m.line_of(key) if key is not None else self.m.line
-        return SpecError(message, file=self.file, line=line, layer=self.layer, key=key)
+        return SpecError(message, file=self.file, line=line, layer=self.layer,
+                         key=None if key is None else shown(key))
 
 
 def _build(top, file, batch):
@@ -199,7 +273,7 @@ def _build(top, file, batch):
         raise where.error(None, "the file must be a mapping with name, input and layers", line=1)
     for key in top.items:
         if key not in TOP_KEYS:
-            raise where.error(str(key), f"unknown top-level key; valid keys are "
+            raise where.error(key, f"unknown top-level key; valid keys are "
                                         f"{', '.join(TOP_KEYS)}")
     for key in ("name", "input", "layers"):
         if key not in top.items:
@@ -218,10 +292,9 @@ def _build(top, file, batch):
 
 def _net_name(top, where):
     name = top.items["name"][0]
-    if not (isinstance(name, str) and _C_IDENT.match(name)):
-        raise where.error("name", f"must be a C identifier (letters, digits, _; not starting "
-                                  f"with a digit): it prefixes every emitted symbol; got "
-                                  f"{_describe(name)}")
+    problem = net_name_problem(name)
+    if problem:
+        raise where.error("name", problem)
     return name
 
 
@@ -233,10 +306,19 @@ def _input_shape(top, where, batch):
                                    f"{_describe(shape)}")
     if batch is not None:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise SpecError(f"the batch override must be a positive integer, got {batch!r}",
-                            file=where.file, key="batch")
+            raise SpecError(f"the batch override must be a positive integer, got "
+                            f"{shown(batch)}", file=where.file, key="batch")
         shape = [batch] + shape[1:]
+    if count(shape) > MAX_ELEMENTS:
+        key = "batch" if batch is not None and count(shape[1:]) <= MAX_ELEMENTS else "input"
+        raise SpecError(_too_big("the input", shape), file=where.file,
+                        line=None if key == "batch" else where.m.line_of("input"), key=key)
     return tuple(shape)
+
+
+def _too_big(what, shape):
+    return (f"{what} {'x'.join(map(str, shape))} has {count(shape):.3g} elements; a tensor "
+            f"holds at most {MAX_ELEMENTS} (2^31 - 1: kernels index with 32-bit ints)")
 
 
 def _layer_list(top, where):
@@ -268,8 +350,9 @@ def _layer_spec(m, file):
         if key not in m.items:
             raise w.error(key, f"missing required key '{key}'")
     name, op = m.items["name"][0], m.items["op"][0]
-    if not isinstance(name, str) or not name:
-        raise w.error("name", f"must be a non-empty string, got {_describe(name)}")
+    problem = layer_name_problem(name)
+    if problem:
+        raise w.error("name", f"the name {problem}")
     if not isinstance(op, str) or op not in ops.SCHEMA:
         raise w.error("op", f"unknown op {_describe(op)}; known ops are "
                             f"{', '.join(sorted(ops.SCHEMA))}")
@@ -280,11 +363,14 @@ def _layer_spec(m, file):
         if key in LAYER_KEYS:
             continue
         if key not in schema:
-            raise w.error(str(key), f"unknown key for op '{op}'; valid keys are "
-                                    f"{', '.join(valid)}")
+            raise w.error(key, f"unknown key for op '{op}'; valid keys are "
+                               f"{', '.join(valid)}")
         types, _default = schema[key]
         if not _has_type(value, types):
             raise w.error(key, f"expected {_type_name(types)}, got {_describe(value)}")
+        problem = _number_problem(value)
+        if problem:
+            raise w.error(key, problem)
         raw[key] = value
     for key, (_types, default) in schema.items():
         if default is ops.REQUIRED and key not in raw:
@@ -297,23 +383,44 @@ def _layer_spec(m, file):
     return _Spec(name, op, attrs, inputs or [], inputs is not None, 0, w)
 
 
-def _inputs_of(m, w):
-    if "inputs" not in m.items:
-        return None
-    v = m.items["inputs"][0]
+def _number_problem(value):
+    """What is wrong with a number (or a list's numbers) as the kernels would see it, or None:
+    a float must be finite within float32's range, an int fit a 32-bit int."""
+    for v in (value if isinstance(value, list) else [value]):
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int) and abs(v) > INT_MAX:
+            return f"{v:.3g} is out of range: integers are at most {INT_MAX} (2^31 - 1)"
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"must be a finite number, got {v}"
+        if isinstance(v, float) and abs(v) > FLT_MAX:
+            return f"{v:.3g} is beyond float32's range (about 3.4e38)"
+    return None
+
+
+def _names_list(v, w, key, what):
+    """A list of layer names (`inputs`, `outputs`), each following the name rule."""
     if isinstance(v, str):               # `inputs: a` for one input reads naturally; allow it
         v = [v]
     if not (isinstance(v, list) and v and all(isinstance(x, str) for x in v)):
-        raise w.error("inputs", f"expected a non-empty list of layer names, got {_describe(v)}")
+        raise w.error(key, f"expected a non-empty list of layer names, got {_describe(v)}")
+    for n in v:
+        problem = n != "input" and layer_name_problem(n)
+        if problem:
+            raise w.error(key, f"{what} '{shown(n)}' {problem}")
     return list(v)
 
 
-def _sanitise(name):
-    """The C identifier a layer name becomes in emitted code."""
-    return c_ident(name)
+def _inputs_of(m, w):
+    if "inputs" not in m.items:
+        return None
+    return _names_list(m.items["inputs"][0], w, "inputs", "an input")
 
 
 def _check_names(specs):
+    """No two layers share a name, nor a C name (names.c_ident) ignoring case: the header
+    upper-cases C names into macros, and kernels/<C name>.cl files meet on case-insensitive
+    file systems."""
     seen, c_names = {}, {}
     for i, s in enumerate(specs):
         s.index = i
@@ -321,12 +428,21 @@ def _check_names(specs):
             raise s.where.error("name", "'input' names the network input; rename the layer")
         if s.name in seen:
             raise s.where.error("name", f"duplicate layer name (first used on line "
-                                        f"{seen[s.name].where.m.line}); rename one of them")
-        c = _sanitise(s.name)
-        if c in c_names:
-            raise s.where.error("name", f"'{s.name}' and '{c_names[c].name}' both become the C "
-                                        f"name '{c}'; rename one of them")
-        seen[s.name], c_names[c] = s, s
+                                        f"{_line(seen[s.name])}); rename one of them")
+        c = c_ident(s.name)
+        other = c_names.get(c.lower())
+        if other is not None:
+            oc = c_ident(other.name)
+            same = f"the C name '{c}'" if oc == c else f"the C names '{oc}' and '{c}'"
+            raise s.where.error("name", f"collides with layer '{other.name}' at "
+                                        f"{s.where.file}:{_line(other)}: both become {same}, "
+                                        f"one macro and one kernel file once upper-cased; "
+                                        f"rename one of them")
+        seen[s.name], c_names[c.lower()] = s, s
+
+
+def _line(spec):
+    return spec.where.m.line if spec.where.m.line is not None else spec.index + 1
 
 
 def _link_inputs(specs):
@@ -398,6 +514,9 @@ def _infer_shapes(order, input_shape):
             if len(s.inputs) == 1:      # multi-input ops already list their shapes
                 msg += f" (its input '{s.inputs[0]}' is {list(in_shapes[0])})"
             raise s.where.error(e.key, msg) from None
+        for what, shape in [("the output", out)] + [(f"the {p}", sh) for p, sh in params]:
+            if count(shape) > MAX_ELEMENTS:
+                raise s.where.error(_size_key(s), _too_big(what, shape) + "; make it smaller")
         shapes[s.name] = tuple(out)
         layers.append(Layer(name=s.name, op=s.op, attrs=s.attrs, inputs=list(s.inputs),
                             line=s.where.m.line if s.where.m.line is not None else s.index + 1,
@@ -406,15 +525,19 @@ def _infer_shapes(order, input_shape):
     return layers
 
 
+def _size_key(s):
+    """The key that most likely made a layer's tensor too large (out, pad or its inputs)."""
+    if s.op == "concat":
+        return "inputs"
+    if s.op == "conv" and max(s.attrs["pad"]) > max(s.attrs["kernel"]):
+        return "pad"
+    return "out" if "out" in s.attrs else "inputs"
+
+
 def _outputs(top, where, specs):
     if "outputs" not in top.items:
         return [specs[-1].name]
-    v = top.items["outputs"][0]
-    if isinstance(v, str):
-        v = [v]
-    if not (isinstance(v, list) and v and all(isinstance(x, str) for x in v)):
-        raise where.error("outputs", f"expected a non-empty list of layer names, got "
-                                     f"{_describe(v)}")
+    v = _names_list(top.items["outputs"][0], where, "outputs", "an output")
     names = {s.name for s in specs}
     for n in v:
         if n not in names:

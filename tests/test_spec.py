@@ -389,3 +389,86 @@ def test_missing_layers_key(tmp_path):
 def test_bad_batch_override():
     with pytest.raises(SpecError, match="batch"):
         load_network("lenet5", batch=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# numbers the kernels could not take, and nesting that would exhaust the recursion limit
+
+@pytest.mark.parametrize("layer, key, words", [
+    # NaN and infinities, as YAML writes them, in every float attribute
+    ("{name: a, op: batchnorm, eps: .nan}", "eps", ["finite", "nan"]),
+    ("{name: a, op: batchnorm, eps: .inf}", "eps", ["finite", "inf"]),
+    ("{name: a, op: lrn, size: 3, alpha: .NaN}", "alpha", ["finite"]),
+    ("{name: a, op: lrn, size: 3, beta: -.inf}", "beta", ["finite", "-inf"]),
+    ("{name: a, op: lrn, size: 3, k: .Inf}", "k", ["finite"]),
+    ("{name: a, op: leaky_relu, alpha: .nan}", "alpha", ["finite"]),
+    ("{name: a, op: conv, out: 2, kernel: 1, act: leaky_relu, alpha: -.inf}", "alpha", ["finite"]),
+    ("{name: a, op: dropout, p: .nan}", "p", ["finite"]),
+    ("{name: a, op: leaky_relu, alpha: 1e39}", "alpha", ["float32"]),
+    # ranges
+    ("{name: a, op: dropout, p: 5}", "p", ["[0, 1)", "5.0"]),
+    ("{name: a, op: dropout, p: 1}", "p", ["[0, 1)"]),
+    ("{name: a, op: dropout, p: -0.1}", "p", ["[0, 1)"]),
+    ("{name: a, op: batchnorm, eps: 0}", "eps", ["> 0"]),
+    ("{name: a, op: batchnorm, eps: 1e-50}", "eps", ["float32"]),
+    # absurd integers: a float where an int belongs, beyond 32 bits, negative, zero
+    ("{name: a, op: dense, out: 1e9}", "out", ["expected an integer"]),
+    ("{name: a, op: conv, out: 99999999999999999999, kernel: 1}", "out", ["out of range"]),
+    ("{name: a, op: conv, out: 2, kernel: [1, 4294967297]}", "kernel", ["out of range"]),
+    ("{name: a, op: conv, out: -3, kernel: 1}", "out", [">= 1"]),
+    ("{name: a, op: conv, out: 2, kernel: 0}", "kernel", [">= 1"]),
+    ("{name: a, op: conv, out: 2, kernel: 1, stride: -1}", "stride", [">= 1"]),
+    ("{name: a, op: conv, out: 2, kernel: 1, pad: -2}", "pad", [">= 0"]),
+    ("{name: a, op: lrn, size: 0}", "size", [">= 1"]),
+    ("{name: a, op: maxpool, kernel: 2, stride: 0}", "stride", [">= 1"]),
+    # sizes that fit 32 bits but make a tensor no 32-bit index can address
+    ("{name: a, op: conv, out: 1000000000, kernel: 1}", "out", ["2^31 - 1", "1x1000000000x5x5"]),
+    ("{name: a, op: conv, out: 2, kernel: 1, pad: 100000000}", "pad", ["2^31 - 1"]),
+    ("{name: a, op: dense, out: 2000000000}", "out", ["weight", "2^31 - 1"]),
+])
+def test_bad_numbers_are_located(tmp_path, layer, key, words):
+    p = write(tmp_path, f"name: t\ninput: [1, 2, 5, 5]\nlayers:\n  - {layer}\n")
+    msg = located_error(p, 4, "a", key)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_huge_input_and_batch(tmp_path):
+    p = write(tmp_path, "name: t\ninput: [1, 3, 100000, 100000]\nlayers:\n  - {name: a, op: relu}\n")
+    msg = located_error(p, 2, None, "input")
+    assert "2^31 - 1" in msg
+    p = write(tmp_path, "name: t\ninput: [1, 3, 8, 8]\nlayers:\n  - {name: a, op: relu}\n")
+    with pytest.raises(SpecError, match="2\\^31 - 1") as ei:
+        load_network(p, batch=10**9)
+    assert ei.value.key == "batch"
+
+
+@pytest.mark.parametrize("open_, close", [("[", "]"), ("{a: ", "}")])
+def test_deep_flow_nesting_is_an_error_at_its_line(tmp_path, open_, close):
+    deep = open_ * 20000 + close * 20000
+    p = write(tmp_path, f"name: t\ninput: [1, 3, 8, 8]\nlayers:\n  - {{name: a, op: relu}}\n"
+                        f"  - {{name: b, op: relu, x: {deep}}}\n")
+    msg = located_error(p, 5, None, None)
+    assert "nested more than" in msg
+
+
+def test_deep_block_nesting_is_an_error_at_its_line(tmp_path):
+    body = "".join("  " * i + "- \n" for i in range(1, 1500))   # past the recursion limit
+    p = write(tmp_path, f"name: t\ninput: [1, 3, 8, 8]\nlayers:\n{body}")
+    with pytest.raises(SpecError, match="nested more than") as ei:
+        load_network(p)
+    assert ei.value.line is not None and 30 <= ei.value.line <= 40
+
+
+def test_deep_nesting_through_aliases_is_an_error(tmp_path):
+    # each anchor is shallow in the text; followed, the aliases nest 3000 levels
+    chain = "".join(f"  - &a{i} [*a{i - 1}]\n" for i in range(1, 3000))
+    p = write(tmp_path, f"name: t\ninput: [1, 3, 8, 8]\nlayers:\n  - &a0 [1]\n{chain}"
+                        f"  - {{name: a, op: conv, out: 2, kernel: *a2999}}\n")
+    with pytest.raises(SpecError, match="nested more than .* aliases") as ei:
+        load_network(p)
+    assert ei.value.line == 4 + 32
+    p = write(tmp_path, "name: t\ninput: [1, 3, 8, 8]\nlayers:\n"
+                        "  - {name: a, op: conv, out: 2, kernel: &k [1, *k]}\n")
+    located_error(p, 4, None, None)
