@@ -46,7 +46,11 @@ def check_args(a):
         text = getattr(a, name, None)
         if text is not None:
             from .tune.search import parse_budget
-            b = parse_budget(text)
+            try:
+                b = parse_budget(text)
+            except AotconvError:
+                raise AotconvError(f"{_opt(name)} '{text}': give a number of trials (200) or "
+                                   f"a time (90s, 10m, 1.5h)") from None
             if not b.amount > 0 or not math.isfinite(b.amount):
                 raise AotconvError(f"{_opt(name)} '{text}': the budget must be more than "
                                    f"zero trials or seconds")

@@ -139,6 +139,24 @@ def test_bin_wrong_count_is_an_error(net, tmp_path):
     assert ei.value.file == str(path)
 
 
+@pytest.mark.parametrize("size, want", [(0, "truncated: holds 0 bytes"),
+                                        (4 * 501 - 2, "truncated: .*and 2 stray bytes"),
+                                        (4 * 502, "too long: holds 2008 bytes")])
+def test_bin_of_the_wrong_size_says_what_it_holds_and_needs(net, tmp_path, size, want):
+    p = tmp_path / "p.params.bin"
+    p.write_bytes(b"\0" * size)
+    with pytest.raises(SpecError, match=want + r".*needs 501 float32 = 2004 bytes") as ei:
+        params.read_bin(p, net)
+    assert ei.value.file == str(p)
+
+
+def test_bin_missing_or_a_directory(net, tmp_path):
+    with pytest.raises(SpecError, match="cannot read the parameters file: No such file"):
+        params.read_bin(tmp_path / "none.bin", net)
+    with pytest.raises(SpecError, match="Is a directory"):
+        params.read_bin(tmp_path, net)
+
+
 def test_shipped_layout_follows_file_order():
     net = load_network("inception-v1")
     layers = []
