@@ -2,6 +2,7 @@
 
 Only text is produced here; aotconv.build runs ninja and aotconv.report writes report.md.
 """
+import functools
 import json
 import os
 from pathlib import Path
@@ -55,22 +56,27 @@ def check_net_name(name, cc=None):
 
     Asks the C compiler that will build the library; when it cannot run, ninja reports."""
     cc = cc or os.environ.get("CC", "cc")
-    sources = sorted(str(f) for f in RUNTIME_DIR.glob("*.c"))
-    macros = set()
-    for src in sources:
-        try:
-            proc = subprocess.run(cc.split() + ["-std=c11", "-dM", "-E", "-DAOTRT_NS=aotconv_ns",
-                                                f"-I{RUNTIME_DIR}", src],
-                                  capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.SubprocessError):
-            return
-        if proc.returncode != 0:
-            return
-        macros.update(m.group(1) for m in re.finditer(r"^#define ([A-Za-z_]\w*)", proc.stdout,
-                                                       re.M))
-    if name in macros:
+    if name in _header_macros(cc):
         raise AotconvError(f"the network name '{name}' is a macro of the C headers the library "
                            f"is built with ({cc}); rename the network (`name:` in the net.yaml)")
+
+
+@functools.lru_cache(maxsize=None)
+def _header_macros(cc):
+    """Every macro defined after the runtime's includes, by `cc` (empty when it cannot run)."""
+    macros = set()
+    for src in sorted(RUNTIME_DIR.glob("*.c")):
+        try:
+            proc = subprocess.run(cc.split() + ["-std=c11", "-dM", "-E", "-DAOTRT_NS=aotconv_ns",
+                                                f"-I{RUNTIME_DIR}", str(src)],
+                                  capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return frozenset()
+        if proc.returncode != 0:
+            return frozenset()
+        macros.update(m.group(1) for m in re.finditer(r"^#define ([A-Za-z_]\w*)", proc.stdout,
+                                                       re.M))
+    return frozenset(macros)
 
 
 def _arg_c(a):

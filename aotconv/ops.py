@@ -70,12 +70,12 @@ def split_conv_pool(attrs):
 
 def _pair(key, v, positive=True):
     if isinstance(v, bool):
-        raise OpError(key, f"expected an int or [h, w], got {v!r}")
+        raise OpError(key, f"expected an int or [h, w], got {shown(v)}")
     if isinstance(v, int):
         v = [v, v]
     if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
                                                          for x in v)):
-        raise OpError(key, f"expected an int or a list of two ints [h, w], got {v!r}")
+        raise OpError(key, f"expected an int or a list of two ints [h, w], got {shown(v, 60)}")
     lo = 1 if positive else 0
     if any(x < lo for x in v):
         raise OpError(key, f"must be >= {lo}, got {v!r}")
@@ -106,7 +106,8 @@ def normalise(op, raw):
             raise OpError("groups", f"must be >= 1, got {a['groups']}")
         if a["pad"] != "same":
             if isinstance(a["pad"], str):
-                raise OpError("pad", f"expected an int, [ph, pw] or 'same', got {a['pad']!r}")
+                raise OpError("pad", f"expected an int, [ph, pw] or 'same', got "
+                                     f"'{shown(a['pad'])}'")
             ph, pw = _pair("pad", a["pad"], positive=False)
             a["pad"] = (ph, pw, ph, pw)
     elif op == "dense":
