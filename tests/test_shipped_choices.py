@@ -214,8 +214,7 @@ def test_shipped_choices_unchanged(case):
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python tests/test_shipped_choices.py --write   (regenerates "
-                 f"{GOLDEN.relative_to(Path.cwd()) if GOLDEN.is_relative_to(Path.cwd()) else GOLDEN})")
+        sys.exit(f"usage: python tests/test_shipped_choices.py --write   (regenerates {GOLDEN})")
     doc = write_golden()
     print(f"{GOLDEN}: {len(doc['cases'])} cases from {doc['commit'][:12]}")
     for c in doc["cases"]:
