@@ -6,6 +6,7 @@ runtime's device matcher compiled on its own (substring for the user's name, lin
 '.*' patterns for the target's). On PoCL: load_params with a missing, truncated or overlong
 file, and AOTCONV_DEVICE taken literally by create().
 """
+import json
 import os
 import random
 import re
@@ -229,6 +230,29 @@ def test_an_existing_empty_tuning_db_is_accepted(net_file, tmp_path, calls):
     assert cli.main(["build", str(net_file), "--target", "fury-x", "--tuning-db", str(db),
                      "--quiet"]) == 0
     assert calls[0][2]["tuning_db"] == str(db)
+
+
+# -- a build directory handed to `aotconv run` / aotconv.load -------------------------------------
+
+@pytest.mark.parametrize("content, want", [
+    (b"{\"c_name\": \"p\", \"input_shape\": [1, 2", r"damaged build metadata \(Expecting"),
+    (b"\xff\xfe", r"damaged build metadata"),
+    (b"[1, 2]", r"damaged build metadata \(a field the loader needs"),
+    (b'{"c_name": "p; rm", "input_shape": [1], "outputs": [{"shape": [1]}], "param_count": 1}',
+     r"damaged build metadata \(a field the loader needs"),
+])
+def test_run_with_damaged_tuning_json_is_one_line(tmp_path, capsys, content, want):
+    (tmp_path / "tuning.json").write_bytes(content)
+    line = _error_line(["run", tmp_path], capsys)
+    assert re.search(want, line) and "tuning.json" in line and "aotconv build" in line, line
+
+
+def test_run_without_the_library_is_one_line(tmp_path, capsys):
+    (tmp_path / "tuning.json").write_text(json.dumps(
+        {"c_name": "p", "input_shape": [1, 2, 3, 3], "outputs": [{"name": "o", "shape": [1, 3]}],
+         "param_count": 5}))
+    line = _error_line(["run", tmp_path], capsys)
+    assert "libp.so: cannot load the library" in line and "rebuild it" in line, line
 
 
 # -- the C runtime's device matcher, compiled on its own --------------------------------------------
