@@ -182,7 +182,7 @@ def parser():
     n = sub.add_parser("networks", help="list the shipped networks")
     n.set_defaults(func=cmd_networks)
 
-    for mod in ("aotconv.tune.cli", "aotconv.bench"):
+    for mod in ("aotconv.tune.cli", "aotconv.bench.cli"):
         try:
             m = __import__(mod, fromlist=["add_commands"])
         except ModuleNotFoundError as e:

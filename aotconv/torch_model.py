@@ -9,7 +9,7 @@ NCHW, dense outputs (N, F, 1, 1), so every intermediate can be compared with our
 """
 import numpy as np
 
-from .benchrefs.torch_ref import apply_act
+from .bench.refs.torch_ref import apply_act
 
 
 def build(net, params, device="cpu"):

@@ -10,9 +10,14 @@ import math
 import numpy as np
 import pytest
 
-from aotconv import bench, bench_report as br
-from aotconv.bench_layers import SETS
-from aotconv.benchrefs import clblast
+from aotconv.bench import cli as bench_cli, report as br
+from aotconv.bench.device import Device, target_dict
+from aotconv.bench.layer import bench_layer
+from aotconv.bench.options import Options, parse_scale
+from aotconv.bench.refs import Refs, clblast
+from aotconv.bench.rerender import rerender
+from aotconv.bench.sets import SET_NAMES, SETS, conv_layer, select
+from aotconv.protocol import counts
 
 H100 = {"name": "h100", "kind": "gpu", "peak_gflops": 66900.0, "peak_gbps": 3350.0,
         "summary": "h100"}
@@ -25,7 +30,7 @@ def has(mod):
 # -- the layer sets ----------------------------------------------------------------------------
 
 def test_sets_have_their_published_sizes():
-    assert [len(SETS[s]) for s in bench.SET_NAMES] == [5, 13, 43]
+    assert [len(SETS[s]) for s in SET_NAMES] == [5, 13, 43]
     assert {t[1] for t in SETS["alexnet_n128"]} == {128}
     assert {t[1] for t in SETS["boda43_n5"]} == {5}
 
@@ -33,28 +38,28 @@ def test_sets_have_their_published_sizes():
 @pytest.mark.parametrize("t", SETS["alexnet_n128"] + SETS["vgg16_n1"] + SETS["boda43_n5"],
                          ids=lambda t: t[0])
 def test_conv_layer_matches_the_tables_flops(t):
-    from aotconv.bench_layers import flops
+    from aotconv.bench.sets import flops
     from aotconv.ops import flops as op_flops
-    layer, n0 = bench.conv_layer(t)
+    layer, n0 = conv_layer(t)
     assert n0 == t[1] and layer.in_shape == tuple(t[1:5])
     assert op_flops(layer) == flops(*t[1:])
     assert not layer.attrs["bias"] and layer.attrs["act"] == "none"
 
 
 def test_scale_caps_the_batch_and_keeps_the_original():
-    layer, n0 = bench.conv_layer(SETS["alexnet_n128"][0], max_batch=1)
+    layer, n0 = conv_layer(SETS["alexnet_n128"][0], max_batch=1)
     assert layer.in_shape[0] == 1 and layer.out_shape[0] == 1 and n0 == 128
-    assert bench.parse_scale("N=1") == 1 and bench.parse_scale("4") == 4
-    assert bench.parse_scale(None) is None
+    assert parse_scale("N=1") == 1 and parse_scale("4") == 4
+    assert parse_scale(None) is None
     with pytest.raises(Exception):
-        bench.parse_scale("N=0")
+        parse_scale("N=0")
 
 
 def test_select_filters_by_globs():
-    got = bench.select(["vgg16_n1", "boda43_n5"], ["vgg.conv5_*", "boda.0[0-1]*"])
+    got = select(["vgg16_n1", "boda43_n5"], ["vgg.conv5_*", "boda.0[0-1]*"])
     assert [t[0] for _, t in got] == ["vgg.conv5_1", "vgg.conv5_2", "vgg.conv5_3",
                                       "boda.00.k5s1o32i28c16", "boda.01.k5s1o64i14c32"]
-    assert len(bench.select(["alexnet_n128"], [])) == 5
+    assert len(select(["alexnet_n128"], [])) == 5
 
 
 # -- roofline, hints, summaries ----------------------------------------------------------------
@@ -82,7 +87,7 @@ def test_roofline_classifies_launch_bandwidth_and_compute():
 
 def row_for(t, ours_ms, torch_ms=None, clblast_ms=None, variant="conv_direct"):
     from aotconv.ops import bytes_moved, flops
-    layer, n0 = bench.conv_layer(t)
+    layer, n0 = conv_layer(t)
     r = {"set": "x", "name": t[0], "N": t[1], "N_orig": n0, "C": t[2], "H": t[3], "W": t[4],
          "K": t[5], "R": t[6], "S": t[7], "stride": t[8], "pad": t[9], "P": layer.out_shape[2],
          "Q": layer.out_shape[3], "flops": flops(layer), "bytes": bytes_moved(layer),
@@ -141,7 +146,7 @@ def fake_doc():
                     "torch": {"eager_ms": 1.5, "wall_ms": 2.0}, "ratio_wall": 1.5,
                     "ratio_kernels": 2.5 / 1.5, "max_error": 1e-6}],
            "notes": []}
-    return bench.finish(doc, H100, ["conv_direct"])
+    return br.finish(doc, H100, ["conv_direct"])
 
 
 def test_markdown_and_text_tables():
@@ -168,7 +173,7 @@ def test_from_json_merges_and_rerenders(tmp_path):
     out = tmp_path / "m.json"
     ns = argparse.Namespace(from_json=[str(pa), str(pb)], out=str(out), md=None, quiet=True,
                             note=["merged by a test"])
-    assert bench.rerender(ns) == 0
+    assert rerender(ns) == 0
     m = json.loads(out.read_text())
     assert set(m["sets"]) == {"vgg16_n1", "boda43_n5"}
     assert len(m["e2e"]) == 1 and m["e2e"][0]["ours"]["run_ms"] == 3.0
@@ -181,7 +186,7 @@ def test_the_cli_registers_bench():
     from aotconv.cli import parser
     a = parser().parse_args(["bench", "--target", "pocl-cpu", "--sets", "boda43_n5",
                              "--scale", "N=1", "--no-tune", "--repeats", "3"])
-    assert a.func is bench._entry and a.no_tune and a.scale == "N=1" and a.repeats == 3
+    assert a.func is bench_cli._entry and a.no_tune and a.scale == "N=1" and a.repeats == 3
 
 
 def test_clblast_refuses_what_convgemm_cannot_compute():
@@ -259,15 +264,15 @@ def pocl():
 @pytest.mark.skipif(not pocl(), reason="no PoCL device")
 def test_one_layer_through_the_bench_path():
     from aotconv.targets import TARGETS
-    dev = bench.Device(TARGETS["pocl-cpu"])
-    refs = bench.Refs(["torch", "clblast"], dev, quiet=True)
+    dev = Device(TARGETS["pocl-cpu"])
+    refs = Refs(["torch", "clblast"], dev, quiet=True)
     a = argparse.Namespace(no_tune=True, budget=None, set_budget=None, e2e_budget=None,
                            strategy=None, quiet=True, scale="N=1", repeats=3, warmup=1, seed=0,
                            verify_images=1, verify_max_gflop=10.0, max_measure_s=1.0, workdir="build/bench",
                            target="pocl-cpu", deadline=None, jobs=None)
-    opts = bench.Options(a, dev.target)
+    opts = Options(a, dev.target)
     t = ("tiny.k3", 5, 6, 9, 7, 5, 3, 3, 1, 1)
-    row = bench.bench_layer(dev, refs, "tiny", t, opts)
+    row = bench_layer(dev, refs, "tiny", t, opts)
     o = row["ours"]
     assert "error" not in o, o
     assert row["N"] == 1 and row["N_orig"] == 5 and (row["P"], row["Q"]) == (9, 7)
@@ -280,7 +285,7 @@ def test_one_layer_through_the_bench_path():
             continue
         assert r["verify"]["ok"], (name, r)                      # same data, same answer
         assert r["ms"] > 0
-    br.derive(row, bench.target_dict(dev.target))
+    br.derive(row, target_dict(dev.target))
     assert row["roofline"]["bound"] in ("launch", "bandwidth", "compute")
 
 
@@ -294,21 +299,21 @@ def test_the_bench_verifies_variants_of_another_storage_order(layout):
     from aotconv.targets import TARGETS
     from aotconv.variants import BY_NAME
     from aotconv.variants.base import Config
-    dev = bench.Device(TARGETS["pocl-cpu"])
-    refs = bench.Refs([], dev, quiet=True)
+    dev = Device(TARGETS["pocl-cpu"])
+    refs = Refs([], dev, quiet=True)
     a = argparse.Namespace(no_tune=False, budget=None, set_budget=None, e2e_budget=None,
                            strategy=None, quiet=True, scale="N=4", repeats=2, warmup=1, seed=0,
                            verify_images=2, verify_max_gflop=10.0, max_measure_s=1.0,
                            workdir="build/bench", target="pocl-cpu", deadline=None, jobs=None)
-    opts = bench.Options(a, dev.target)
+    opts = Options(a, dev.target)
     t = ("tiny.k3", 4, 8, 9, 7, 16, 3, 3, 1, 1)
-    layer, _ = bench.conv_layer(t, opts.max_batch)
+    layer, _ = conv_layer(t, opts.max_batch)
     v = BY_NAME["conv_igemm"]
     cfg = Config.from_dict({**v.fallback(layer, dev.target).as_dict(), "LAYOUT": layout,
                             "TAPSTEP": int(layout != "NHWC")})
     assert point_ok(layer, v, cfg, dev.target)
     assert v.layouts_of(layer, cfg) == (layout, layout)
-    row = bench.bench_layer(dev, refs, "tiny", t, opts,
+    row = bench_layer(dev, refs, "tiny", t, opts,
                             choice=Choice("conv_igemm", cfg, 1.0, "tuned"))
     assert "error" not in row["ours"], row["ours"]
     assert row["ours"]["verify"]["ok"], row["ours"]["verify"]
@@ -317,12 +322,12 @@ def test_the_bench_verifies_variants_of_another_storage_order(layout):
 def test_repeats_shrink_for_slow_kernels_and_budgets_for_the_deadline():
     import time
     o = argparse.Namespace(repeats=30, warmup=5, max_measure_s=3.0)
-    assert bench.counts(0.01, o) == (5, 30)                  # fast: as asked
-    assert bench.counts(1000.0, o) == (1, 3)                 # 1 s a run: the floor of 3
-    assert bench.counts(200.0, o) == (1, 15)                 # 3 s / 200 ms
+    assert counts(0.01, o) == (5, 30)                        # fast: as asked
+    assert counts(1000.0, o) == (1, 3)                       # 1 s a run: the floor of 3
+    assert counts(200.0, o) == (1, 15)                       # 3 s / 200 ms
     opts = argparse.Namespace(deadline=time.monotonic() + 100)
     notes = []
-    fit = bench.Options.fit_budget
+    fit = Options.fit_budget
     got = fit(opts, "5m", 20, "vgg16_n1", notes)
     assert got.endswith("s") and 75 <= int(got[:-1]) <= 80 and "shrunk" in notes[0]
     assert fit(opts, "30s", 20, "x", notes) == "30s"          # fits: unchanged

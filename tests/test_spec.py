@@ -67,7 +67,7 @@ def test_shipped_param_counts_match_the_published_models(name, count):
 
 
 def _bench():
-    from aotconv import bench_layers
+    from aotconv.bench import sets as bench_layers
     return bench_layers
 
 

@@ -128,7 +128,7 @@ try:
           "cudnn", torch.backends.cudnn.version())
 except Exception as e:
     print("torch FAILED:", e)
-from aotconv.benchrefs import clblast
+from aotconv.bench.refs import clblast
 print("CLBlast:", clblast.available())
 EOF
     python3 -m aotconv.cli targets

@@ -5,10 +5,12 @@ device binaries: the tool behind kernel A/B experiments on the GPU.
 
 cases.json is a list of {"name", "layer": [name, N, C, H, W, K, R, S, stride, pad],
 "variant", "cfg": "K=V,...", "template": optional path under templates/ to render instead of
-the variant's own, "options": optional extra OpenCL build options, e.g. "-cl-nv-maxrregcount=192"}. Each case is built, checked on its first image against the float64
+the variant's own, "options": optional extra OpenCL build options, e.g.
+"-cl-nv-maxrregcount=192"}. Each case is built and measured by aotconv.protocol, as the tuner
+and the bench measure: its output poisoned, checked on the first image against the float64
 reference (hybrid tolerance 1e-3), timed with profiling events (median of --repeats after 3
-warm-ups) and its program binary written to DIR/<name>.bin (PTX on NVIDIA's OpenCL, for
-`ptxas -v`). The table goes to stdout and DIR/probe.json.
+warm-ups, one copy of the buffers); its program binary is written to DIR/<name>.bin (PTX on
+NVIDIA's OpenCL, for `ptxas -v`). The table goes to stdout and DIR/probe.json.
 """
 import argparse
 import json
@@ -17,10 +19,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyopencl as cl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aotconv import bench, harness                                   # noqa: E402
+from aotconv import harness, protocol                                # noqa: E402
+from aotconv.bench.device import Device                              # noqa: E402
+from aotconv.bench.sets import conv_layer                            # noqa: E402
 from aotconv.ops import flops                                        # noqa: E402
 from aotconv.targets import TARGETS, detect                          # noqa: E402
 from aotconv.variants import BY_NAME                                 # noqa: E402
@@ -40,8 +45,7 @@ def parse_cfg(text):
 
 
 def probe(case, dev, repeats):
-    import pyopencl as cl
-    layer, _ = bench.conv_layer(tuple(case["layer"]))
+    layer, _ = conv_layer(tuple(case["layer"]))
     v = BY_NAME[case["variant"]]
     cfg = parse_cfg(case["cfg"])
     if case.get("template"):
@@ -51,28 +55,21 @@ def probe(case, dev, repeats):
            "template": v.template}
     rng = np.random.default_rng(0)
     xs, params = harness.random_inputs(layer, rng)
-    ref = bench.Reference(layer, xs[0], params["weight"], 1, 1e9)
+    ref = protocol.Reference(layer, xs, params, images=1, max_gflop=1e9)
     t0 = time.perf_counter()
     prog = src = None
     if case.get("options"):
         src = v.render(layer, cfg, "k")
-        prog = harness.build(dev.ctx, src, harness.BUILD_OPTIONS + case["options"].split())
+        prog = protocol.build(dev.ctx, dev.device, src,
+                              harness.BUILD_OPTIONS + case["options"].split(), name=v.name)
         out["options"] = case["options"]
-    r = bench.build_runs(dev, layer, v, cfg, xs, params, 1, program=prog, source=src)[0]
+    k = protocol.Kernel(dev.ctx, dev.queue, layer, v, cfg, xs, params, program=prog, source=src)
     out["build_s"] = round(time.perf_counter() - t0, 2)
-    r.poison_output()
-    r.run()
-    out["verify"] = ref.check(bench.logical_output(r))
-    for _ in range(3):
-        r.run()
-    dev.queue.finish()
-    evs = [r.run() for _ in range(repeats)]
-    dev.queue.finish()
-    ts = [r.time_ms(e) for e in evs]
-    out["ms"] = float(np.median(ts))
+    out["verify"], _ = protocol.verify(k, ref)
+    out["ms"] = protocol.median(protocol.time_repeats(k, 3, repeats))
     out["tflops"] = flops(layer) / out["ms"] / 1e9
     out["pct_peak"] = 100 * out["tflops"] * 1e3 / dev.target.peak_gflops
-    out["binary"] = r.program.get_info(cl.program_info.BINARIES)[0]
+    out["binary"] = k.program.get_info(cl.program_info.BINARIES)[0]
     return out
 
 
@@ -84,7 +81,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=20)
     a = ap.parse_args(argv)
     target = detect() if a.target == "auto" else TARGETS[a.target]
-    dev = bench.Device(target)
+    dev = Device(target)
     outdir = Path(a.out)
     outdir.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aotconv import bench                                                  # noqa: E402
+from aotconv.bench.sets import conv_layer                                  # noqa: E402
 from aotconv.ops import flops                                              # noqa: E402
 from aotconv.space import Candidate, point_ok                              # noqa: E402
 from aotconv.targets import (TARGETS, detect, find_device, with_limits,    # noqa: E402
@@ -40,7 +40,7 @@ def parse_cfg(text):
 
 def layer_of(case):
     if "layer" in case:
-        return bench.conv_layer(tuple(case["layer"]))[0]
+        return conv_layer(tuple(case["layer"]))[0]
     from aotconv.spec import load_network
     from aotconv.passes import optimise
     net = optimise(load_network(case["net"], batch=case.get("batch")))

@@ -4,8 +4,9 @@ arrival handshake as rendered and with the OpenCL 1.2 mem_fence instead: the che
     python3 tools/splitk_stress.py --runs 300 [--target h100]
 
 Each variant of the source is built, the fence / atomic / barrier lines of its program binary
-(PTX on NVIDIA) are printed, and it runs --runs times on one random input; every output is
-compared with the float64 reference (hybrid tolerance 1e-3).
+(PTX on NVIDIA) are printed, and it runs --runs times on one random input; every run is
+checked as aotconv.protocol checks (output poisoned first, compared with the float64 reference,
+hybrid tolerance 1e-3).
 """
 import argparse
 import re
@@ -13,10 +14,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyopencl as cl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aotconv import bench, harness, reference                        # noqa: E402
+from aotconv import harness, protocol                                # noqa: E402
+from aotconv.bench.device import Device                              # noqa: E402
+from aotconv.bench.sets import conv_layer                            # noqa: E402
 from aotconv.targets import TARGETS, detect                          # noqa: E402
 from aotconv.variants import BY_NAME                                 # noqa: E402
 from tools.measure_points import parse_cfg                            # noqa: E402
@@ -40,25 +44,24 @@ def variants(src):
 
 
 def main(argv=None):
-    import pyopencl as cl
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--target", default="auto")
     a = ap.parse_args(argv)
     target = detect() if a.target == "auto" else TARGETS[a.target]
-    dev = bench.Device(target)
+    dev = Device(target)
     v = BY_NAME["conv_igemm"]
     for t, cfg_text in CASES:
-        layer, _ = bench.conv_layer(t)
+        layer, _ = conv_layer(t)
         cfg = parse_cfg(cfg_text)
         rng = np.random.default_rng(1)
         xs, params = harness.random_inputs(layer, rng)
-        ref = reference.forward(layer, xs, params)
+        ref = protocol.Reference(layer, xs, params)
         src0 = v.render(layer, cfg, "k")
         assert FENCE in src0, "the template's fences moved: update this tool"
         for name, src, opts in variants(src0):
             try:
-                prog = harness.build(dev.ctx, src, harness.BUILD_OPTIONS + opts)
+                prog = protocol.build(dev.ctx, dev.device, src, harness.BUILD_OPTIONS + opts)
             except Exception as e:
                 print(f"{t[0]} {name}: build failed: {str(e)[:300]}", flush=True)
                 continue
@@ -68,14 +71,13 @@ def main(argv=None):
                      if re.search(r"membar|fence|atom|bar\.sync|barrier|ld\.volatile", l)]
             print(f"{t[0]} {name}: {len(lines)} sync lines: "
                   f"{sorted(set(re.sub(r'[%].*', '', l) for l in lines))}", flush=True)
-            r = bench.build_runs(dev, layer, v, cfg, xs, params, 1, program=prog, source=src)[0]
+            k = protocol.Kernel(dev.ctx, dev.queue, layer, v, cfg, xs, params, program=prog,
+                                source=src)
             bad, worst = 0, 0.0
             for _ in range(a.runs):
-                r.poison_output()
-                r.run()
-                ok, err = harness.close(bench.logical_output(r), ref)
-                bad += not ok
-                worst = max(worst, err)
+                check, _ = protocol.verify(k, ref)
+                bad += not check["ok"]
+                worst = max(worst, check["error"])
             print(f"{t[0]} {name}: {bad} of {a.runs} runs wrong (worst error {worst:.3g})",
                   flush=True)
     return 0

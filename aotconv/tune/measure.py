@@ -1,8 +1,5 @@
 """Measure candidates on the device: build in parallel, then run, verify and time one at a time.
 
-A variant that reads or writes another storage order (`layouts_of`: NHWC, CHWN) gets its input
-in that order and its output converted back before the comparison.
-
 Every outcome is a typed `Outcome` (TVM's MeasureErrorNo, Kernel Tuner's failed-config
 values); nothing a candidate does escapes as an exception:
 
@@ -16,28 +13,37 @@ values); nothing a candidate does escapes as an exception:
 Processes: `jobs` builder processes compile OpenCL sources to program binaries in parallel
 (pyopencl objects do not pickle, so sources go in and binaries come out; on PoCL the builds
 fill its kernel cache instead, which the runner's rebuild hits); one runner process
-owns the device context, loads each binary, runs the candidate on fresh random data, checks it
-against reference.forward (float64, harness.close) and times it with profiling events: warm-up,
-then repeats until about `min_total_ms`, each repeat on a different copy of the buffers so a
-small layer is not served from a cache warmed by the previous repeat. The parent waits on each
-with a deadline and kills a process that overstays it, so a hung kernel costs `timeout_s`.
+owns the device context, loads each binary and measures the candidate by aotconv.protocol,
+the rules `aotconv bench` follows too: fresh random data in the variant's storage order, the
+output poisoned, checked against reference.forward (float64, hybrid tolerance), then a warm-up
+launch on every copy of the buffers (as many as spill the last-level cache twice) and repeats
+until about `min_total_ms`, each on the next copy. The parent waits on each process with a
+deadline and kills one that overstays it, so a hung kernel costs `timeout_s`.
 On a CPU device builds finish before timing starts (they would steal the cores being timed);
 on a GPU they overlap.
 """
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from enum import Enum
 import math
 import multiprocessing
 import os
 import queue
+import signal
 import sys
 import threading
 import time
 import traceback
+import warnings
 import zlib
 
 import numpy as np
+
+from .. import protocol
+from ..errors import KernelBuildError
+from ..harness import BUILD_OPTIONS, cl as pyopencl, context_for, random_inputs
+from ..variants import BY_NAME
 
 MAX_LOG = 4000
 
@@ -117,6 +123,9 @@ class Plan:
     def scratch_floats(self, layer, cfg):
         return self._scratch
 
+    def layouts_of(self, layer, cfg):
+        return self.layouts
+
 
 @dataclass
 class Job:
@@ -131,7 +140,7 @@ class Job:
     min_total_ms: float = 20.0
     repeats: tuple = (5, 30)
     rotate_bytes: int = 0
-    tol: float = 1e-3
+    tol: float = protocol.TOLERANCE
 
 
 # -- worker processes --------------------------------------------------------------------------
@@ -244,7 +253,6 @@ def _describe_exit(code):
     if code is None:
         return "the worker process stopped answering"
     if code < 0:
-        import signal
         try:
             return f"the worker process died of {signal.Signals(-code).name}"
         except ValueError:
@@ -259,13 +267,11 @@ _state = {}
 
 def _context(target):
     if "ctx" not in _state:
-        from ..harness import context_for
         _state["ctx"] = context_for(target)
     return _state["ctx"]
 
 
 def _quiet_cl():
-    import warnings
     warnings.simplefilter("ignore")
 
 
@@ -275,7 +281,7 @@ def build_binary(tick, target, source, options, binary=True):
     Without `binary` the build only fills the driver's kernel cache (PoCL's kcache), which the
     runner's rebuild from source then hits: PoCL makes a binary by compiling every kernel to
     native code, several times slower than the build itself."""
-    import pyopencl as cl
+    cl = pyopencl()
     _quiet_cl()
     ctx, _, dev = _context(target)
     t0 = time.perf_counter()
@@ -288,7 +294,7 @@ def build_binary(tick, target, source, options, binary=True):
 
 def load_program(tick, target, source, binary, options):
     """Runner-side program load (the compile benchmark): seconds to a built program."""
-    import pyopencl as cl
+    cl = pyopencl()
     _quiet_cl()
     ctx, _, dev = _context(target)
     t0 = time.perf_counter()
@@ -300,14 +306,14 @@ def load_program(tick, target, source, binary, options):
 
 
 def _data(layer, seed):
-    """Fresh random inputs and parameters for a layer and the float64 reference output."""
+    """Fresh random inputs and parameters for a layer and its float64 reference (computed
+    here, once per layer, not inside a candidate's measurement)."""
     key = (layer.signature_str(), seed)
     if _state.get("data_key") != key:
-        from ..harness import random_inputs
-        from ..reference import forward
         rng = np.random.default_rng([seed, zlib.crc32(key[0].encode())])
         xs, params = random_inputs(layer, rng)
-        ref = forward(layer, xs, params)
+        ref = protocol.Reference(layer, xs, params)
+        ref.expected()
         _state["data_key"], _state["data"] = key, (xs, params, ref)
     return _state["data"]
 
@@ -320,89 +326,42 @@ def _cl_error(e):
 
 
 def run_candidate(tick, target, job):
-    """Runner: build from the binary (or source), verify, time. Returns an Outcome."""
-    import pyopencl as cl
-    from ..harness import LayerRun, close, build
-    from ..errors import KernelBuildError
+    """Runner: build from the binary (or source), then measure by the protocol: verify, and
+    time only a correct kernel. Returns an Outcome."""
+    cl = pyopencl()
     _quiet_cl()
     ctx, q, dev = _context(target)
     xs, params, ref = _data(job.layer, job.seed)
-    lin, lout = getattr(job.plan, "layouts", ("NCHW", "NCHW"))
-    if lin != "NCHW":                      # the variant reads another storage order
-        from ..reference import to_layout
-        xs = [to_layout(x, lin) for x in xs]
     t0 = time.perf_counter()
-    prog = None
-    if job.binary is not None:
-        try:
-            prog = cl.Program(ctx, [dev], [job.binary]).build(options=list(job.options))
-        except cl.Error:
-            prog = None                                   # the driver refused it: use the source
-    if prog is None:
-        try:
-            prog = build(ctx, job.source, job.options, name=job.plan.name)
-        except KernelBuildError as e:
-            return Outcome(Status.BUILD_FAILED, message=e.log[:MAX_LOG],
-                           build_s=time.perf_counter() - t0)
+    try:
+        prog = protocol.build(ctx, dev, job.source, job.options, binary=job.binary,
+                              name=job.plan.name)
+    except KernelBuildError as e:
+        return Outcome(Status.BUILD_FAILED, message=e.log[:MAX_LOG],
+                       build_s=time.perf_counter() - t0)
     build_s = time.perf_counter() - t0 if job.binary is None else None
     try:
-        first = LayerRun(ctx, q, job.layer, job.plan, job.cfg, program=prog, source=job.source)
-        first.set_inputs(xs)
-        first.set_params(params)
-        first.poison_output()
-        q.finish()
+        k = protocol.Kernel(ctx, q, job.layer, job.plan, job.cfg, xs, params, program=prog,
+                            source=job.source)
         tick(job.timeout_s)
-        ev = first.run()
-        q.finish()
-        out = first.read_output()
-        if lout != "NCHW":
-            from ..reference import from_layout
-            out = from_layout(out.ravel(), lout, job.layer.out_shape)
-        t1 = max(first.time_ms(ev), 1e-6)
+        check, t1 = protocol.verify(k, ref, job.tol)
     except (cl.Error, TypeError, ValueError, AttributeError) as e:   # CL errors, bad arguments
         return Outcome(Status.LAUNCH_FAILED, message=_cl_error(e), build_s=build_s)
-    ok, err = close(out, ref, job.tol)
-    if not ok:
+    if not check["ok"]:
+        err = check["error"]
         return Outcome(Status.WRONG, error=err, build_s=build_s,
                        message=f"max scaled error {err:.3g} > {job.tol:g}")
     try:
-        runs = [first] + _copies(ctx, q, job, prog, xs, params, first)
+        k.add_copies(protocol.copies(protocol.buffers_footprint(k.runs[0]), job.rotate_bytes,
+                                     dev.global_mem_size) - 1)
         lo, hi = job.repeats
-        reps = int(min(hi, max(lo, math.ceil(job.min_total_ms / t1))))
-        tick(job.timeout_s + 4.0 * (reps + len(runs)) * t1 / 1e3)
-        for r in runs[1:] + runs[:1]:                     # warm-up: every copy once
-            r.run()
-        q.finish()
-        events = [runs[i % len(runs)].run() for i in range(reps)]
-        q.finish()
-        times = tuple(round(first.time_ms(e), 6) for e in events)
+        reps = protocol.repeats_for_total(t1, job.min_total_ms, lo, hi)
+        t1 = max(t1, 1e-6)
+        tick(job.timeout_s + 4.0 * (reps + k.copies) * t1 / 1e3)
+        times = tuple(round(t, 6) for t in protocol.time_repeats(k, k.copies, reps))
     except cl.Error as e:
         return Outcome(Status.LAUNCH_FAILED, message=_cl_error(e), build_s=build_s)
-    return Outcome(Status.OK, time_ms=float(np.median(times)), times=times, build_s=build_s)
-
-
-def _footprint(run):
-    bufs = list(run.inputs) + [run.output] + list(run.params.values()) + list(run.extra.values())
-    if run.scratch is not None:
-        bufs.append(run.scratch)
-    return sum(b.size for b in bufs)
-
-
-def _copies(ctx, q, job, prog, xs, params, first):
-    """More copies of the layer's buffers, enough to spill the last-level cache between repeats
-    (at most 16, and at most 1/8 of the device's memory)."""
-    size = max(_footprint(first), 1)
-    want = min(16, math.ceil(2 * job.rotate_bytes / size)) if job.rotate_bytes else 1
-    cap = int(first.ctx.devices[0].global_mem_size // 8 // size)
-    n = max(1, min(want, cap))
-    from ..harness import LayerRun
-    out = []
-    for _ in range(n - 1):
-        r = LayerRun(ctx, q, job.layer, job.plan, job.cfg, program=prog, source=job.source)
-        r.set_inputs(xs)
-        r.set_params(params)
-        out.append(r)
-    return out
+    return Outcome(Status.OK, time_ms=protocol.median(times), times=times, build_s=build_s)
 
 
 # -- the parent's side -------------------------------------------------------------------------
@@ -413,7 +372,6 @@ class Measurer:
     def __init__(self, target, jobs=None, timeout_s=20.0, build_timeout_s=300.0, seed=0,
                  min_total_ms=20.0, repeats=(5, 30), options=None, overlap=None,
                  binaries=None):
-        from ..harness import BUILD_OPTIONS
         self.target = target
         self.jobs = max(0, os.cpu_count() or 1) if jobs is None else int(jobs)
         self.timeout_s, self.build_timeout_s = timeout_s, build_timeout_s
@@ -430,7 +388,6 @@ class Measurer:
 
     def _builder_pool(self):
         if self._pool is None and self._nbuilders:
-            from concurrent.futures import ThreadPoolExecutor
             for _ in range(self._nbuilders):
                 self.builders.put(Worker())
             self._pool = ThreadPoolExecutor(self._nbuilders)
@@ -468,7 +425,6 @@ class Measurer:
         """Outcomes of `candidates` (space.Candidate) of `layer`, in order. `on_outcome(cand,
         outcome)` is called as each is known (records are written there, so an interrupted
         search keeps what it measured)."""
-        from ..variants import BY_NAME
         variants = variants or BY_NAME
         jobs = [self._prepare(layer, c, variants) for c in candidates]
         pool = self._builder_pool()

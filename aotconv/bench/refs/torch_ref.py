@@ -3,8 +3,10 @@ PyTorch's own CPU convolution; timed in this process on the same data as our ker
 
 GPU times are CUDA events around each call (device time, one call per event pair, so the
 launch gap is not counted but every kernel cuDNN runs is); CPU times are perf_counter around
-each call. Both are medians after warm-up, rotating over `copies` sets of tensors as our
-timing does, so no side is served from a cache the previous repeat warmed.
+each call. `TorchConv` is a subject of aotconv.protocol: it is verified and timed (warm-up,
+median of repeats, rotating over `copies` sets of tensors) exactly as our kernels are.
+
+torch is imported only when called: it is optional, and loading it costs seconds.
 """
 import time
 
@@ -12,7 +14,7 @@ import numpy as np
 
 
 def torch():
-    import torch as t
+    import torch as t                  # optional and slow to load: only when asked for
     return t
 
 
@@ -71,7 +73,8 @@ class Timer:
 
 
 class TorchConv:
-    """F.conv2d for one conv layer (groups, dilation, asymmetric pad, bias, act as ours)."""
+    """F.conv2d for one conv layer (groups, dilation, asymmetric pad, bias, act as ours), over
+    `copies` sets of tensors: a measurement subject of aotconv.protocol."""
 
     def __init__(self, layer, x, w, b=None, device="cpu", copies=1):
         t = torch()
@@ -83,6 +86,8 @@ class TorchConv:
         self.kw = dict(stride=tuple(a["stride"]), dilation=tuple(a["dilation"]),
                        groups=a["groups"], padding=(pt, pl) if self.sym else 0)
         dev = t.device(device)
+        self.timer = Timer(device)
+        self._out0 = None
         self.sets = []
         with t.no_grad():
             for _ in range(max(1, copies)):
@@ -98,17 +103,38 @@ class TorchConv:
             if not self.sym:
                 x = F.pad(x, self.pad)
             y = F.conv2d(x, w, b, **self.kw)
-            return apply_act(y, self.layer.attrs["act"], self.layer.attrs["alpha"])
+            y = apply_act(y, self.layer.attrs["act"], self.layer.attrs["alpha"])
+        if i % len(self.sets) == 0:
+            self._out0 = y
+        return y
+
+    # -- the protocol's subject: a call is a launch; its result is a new tensor, so there is
+    # no output buffer to poison, and a timed call returns its time directly
+
+    @property
+    def copies(self):
+        return len(self.sets)
+
+    def poison(self):
+        self._out0 = None
+
+    def run(self, i):
+        self(i)
+
+    def timed(self, i):
+        return self.timer(lambda: self(i))
+
+    def finish(self):
+        sync(self.device)
+
+    def ms(self, handle):
+        return handle
 
     def output(self):
-        return self(0).float().cpu().numpy()
-
-    def time(self, repeats, warmup):
-        timer = Timer(self.device)
-        for i in range(warmup):
-            self(i)
-        sync(self.device)
-        return [timer(lambda i=i: self(warmup + i)) for i in range(repeats)]
+        """Copy 0's output of the last call on it."""
+        if self._out0 is None:
+            self(0)
+        return self._out0.float().cpu().numpy()
 
 
 def apply_act(y, act, alpha):

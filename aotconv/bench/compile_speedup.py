@@ -1,6 +1,6 @@
 """Parallel-compile speed-up: candidate kernels made ready to run with 1, 2, 4... builders.
 
-    python -m aotconv.tune.compile_bench --target pocl-cpu --kernels 24 --jobs 1,2
+    python -m aotconv.bench.compile_speedup --target pocl-cpu --kernels 24 --jobs 1,2
 
 The candidates are a seeded sample of a benchmark layer's pruned space (all its conv
 variants). What is timed is what a tuning run waits for before it can launch them: with one
@@ -18,9 +18,19 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
+from ..errors import AotconvError
+from ..space import layer_space
+from ..targets import find_device, get_target, with_limits
+from ..tune.measure import Measurer, build_binary, load_program
+from ..variants import BY_NAME
+from .study import benchmark_layers, study_layer
+
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m aotconv.tune.compile_bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m aotconv.bench.compile_speedup",
+                                description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="auto")
     p.add_argument("--layer", default="vgg.conv3_2", help="benchmark layer")
@@ -32,19 +42,16 @@ def main(argv=None):
     p.add_argument("--out", help="write the numbers as JSON here")
     a = p.parse_args(argv)
 
-    import numpy as np
-    from ..space import layer_space
-    from ..targets import get_target, find_device, with_limits
-    from ..variants import BY_NAME
-    from .measure import Measurer, load_program, build_binary
-    from .study import benchmark_layers, conv_layer
-
     target = get_target(a.target)
     found = find_device(target)
     if found is None:
-        raise SystemExit(f"compile_bench: no {target.name} device here")
+        raise AotconvError(f"target '{target.name}': no matching OpenCL device here; "
+                           f"`aotconv targets` lists what is")
+    layers = benchmark_layers()
+    if a.layer not in layers:
+        raise AotconvError(f"--layer {a.layer}: not a benchmark layer; known: {sorted(layers)}")
     live = with_limits(target, found[1])
-    layer = conv_layer(a.layer, benchmark_layers()[a.layer], a.scale)
+    layer = study_layer(a.layer, layers[a.layer], a.scale)
     cands = layer_space(layer, live).candidates
     rng = np.random.default_rng(a.seed)
     pick = rng.choice(len(cands), size=min(a.kernels, len(cands)), replace=False)
@@ -95,5 +102,14 @@ def main(argv=None):
     return 0
 
 
+def entry(argv=None):
+    """main() with a bad input said in one line (exit status 2), as the aotconv command does."""
+    try:
+        return main(argv)
+    except AotconvError as e:
+        print(f"compile_speedup: error: {e}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

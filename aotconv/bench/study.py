@@ -1,17 +1,20 @@
-"""The search-quality study (CLTune's experiment, issue 3 item 7), one command:
+"""The search-quality study (CLTune's experiment), one command:
 
-    python -m aotconv.tune.study --target h100 --out docs/search_study.json
+    python -m aotconv.bench.study --target h100 --max-points 200
 
-1. For each benchmark layer (../shared/benchmark_layers.py), measure every candidate of its
-   pruned space on the device (all conv variants together), in parallel compiles, writing the
-   exhaustive log as tuning records (docs/study_logs/<target>/<layer>.jsonl; they double as
-   records a build can use).
+1. For each benchmark layer (aotconv.bench.sets), measure every candidate of its pruned space
+   on the device (all conv variants together), in parallel compiles, writing the exhaustive
+   log as tuning records (--logs, default results/<target>/study-logs/<layer>.jsonl; they
+   double as records a build can use).
 2. Replay every strategy against each log (no device): for 1/32 and 1/8 of the space, over
    `--runs` seeds, the median and worst % of the exhaustive best reached.
-3. Write the table (docs/search_study.md) with the command that made it, and the JSON.
+3. Write the table (--md, default: --out with .md) with the command that made it, and the JSON
+   (--out, default build/study/search-study-<target>.json; results/<target>/search-study.*
+   keep the current one).
 
 `--scale S` shrinks the layers (batch 1, channels and image / S) so that the whole study runs
-on PoCL in minutes; `--replay-only` redoes step 2-3 from the logs already there.
+on PoCL in minutes (logs in results/<target>/study-logs-scale<S>/); `--replay-only` redoes
+steps 2-3 from the logs already there.
 """
 import argparse
 import importlib.util
@@ -24,6 +27,18 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
+from ..errors import AotconvError
+from ..space import layer_space
+from ..spec import network_from_dict
+from ..targets import device_identity, find_device, get_target, with_limits
+from ..tune.measure import Measurer
+from ..tune.records import Key, Store
+from ..tune.replay import Recorded, quality
+from ..tune.search import fallback_candidate
+from .sets import SETS
+
 REPO = Path(__file__).resolve().parent.parent.parent
 DEFAULT_LAYERS = ["alex.conv2", "vgg.conv3_2", "vgg.conv5_1", "boda.03.k1s1o112i14c512"]
 STRATEGIES = ["random", "annealing:T=2", "annealing:T=4", "annealing:T=6", "pso:S=3", "pso:S=6",
@@ -32,23 +47,19 @@ FRACTIONS = (32, 8)
 
 
 def benchmark_layers(path=None):
-    """{name: (N, C, H, W, K, R, S, stride, pad)} of every benchmark set."""
-    if path is None:
-        # the shared copy beside the checkout; on a machine without it (the GPU machine gets
-        # the repository alone) the package's copy, which a test keeps equal to it
-        path = REPO.parent / "shared" / "benchmark_layers.py"
-        if not path.is_file():
-            path = Path(__file__).resolve().parent.parent / "bench_layers.py"
-    path = Path(path)
-    spec = importlib.util.spec_from_file_location("benchmark_layers", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return {row[0]: tuple(row[1:]) for rows in mod.SETS.values() for row in rows}
+    """{name: (N, C, H, W, K, R, S, stride, pad)} of every benchmark set: aotconv's own
+    (aotconv.bench.sets), or those of a Python file of the same form (a SETS dict)."""
+    sets = SETS
+    if path is not None:
+        spec = importlib.util.spec_from_file_location("benchmark_layers", Path(path))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sets = mod.SETS
+    return {row[0]: tuple(row[1:]) for rows in sets.values() for row in rows}
 
 
-def conv_layer(name, dims, scale=1):
+def study_layer(name, dims, scale=1):
     """A one-layer network's conv layer for benchmark dims, shrunk by `scale` if > 1."""
-    from ..spec import network_from_dict
     n, c, h, w, k, r, s, stride, pad = dims
     if scale > 1:
         n = 1
@@ -60,23 +71,27 @@ def conv_layer(name, dims, scale=1):
     return net.layers[0]
 
 
-def log_path(logs, target, name):
-    return Path(logs) / target / f"{name}.jsonl"
+def default_logs(target, scale=1):
+    """Where a study's logs go unless --logs says: results/<target>/study-logs[-scale<S>]."""
+    return Path("results") / target / ("study-logs" + (f"-scale{scale}" if scale > 1 else ""))
+
+
+def default_out(target, scale=1):
+    return Path("build") / "study" / (f"search-study-{target}"
+                                      + (f"-scale{scale}" if scale > 1 else "") + ".json")
+
+
+def log_path(logs, name):
+    return Path(logs) / f"{name}.jsonl"
 
 
 def record_exhaustive(layer, target, path, jobs=None, max_points=None, seed=0, quiet=False,
                       variants=None):
     """Measure every candidate of `layer` (or a seeded sample of `max_points`) into `path`."""
-    import numpy as np
-    from ..space import layer_space
-    from ..targets import find_device, with_limits, device_identity
-    from .measure import Measurer
-    from .records import Store, Key
-    from .search import fallback_candidate
-
     found = find_device(target)
     if found is None:
-        raise SystemExit(f"study: target '{target.name}': no matching OpenCL device here")
+        raise AotconvError(f"target '{target.name}': no matching OpenCL device here; "
+                           f"`aotconv targets` lists what is")
     live = with_limits(target, found[1])
     device = device_identity(*found)
     full = sp = layer_space(layer, live)
@@ -119,7 +134,6 @@ def record_exhaustive(layer, target, path, jobs=None, max_points=None, seed=0, q
 
 def analyse(path, runs=24, strategies=STRATEGIES, fractions=FRACTIONS):
     """Replays of every strategy against one exhaustive log."""
-    from .replay import Recorded, quality
     rec = Recorded.from_file(path)
     n = len(rec.grid)
     valid = rec.valid
@@ -192,18 +206,21 @@ def markdown(study):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m aotconv.tune.study", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m aotconv.bench.study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="auto")
     p.add_argument("--layers", default=",".join(DEFAULT_LAYERS),
                    help="benchmark layer names, comma separated")
-    p.add_argument("--benchmarks", help="path of benchmark_layers.py (default ../shared/)")
+    p.add_argument("--benchmarks", help="a Python file with a SETS dict of benchmark tuples "
+                                        "(default: aotconv.bench.sets)")
     p.add_argument("--scale", type=int, default=1, help="shrink the layers by this factor")
     p.add_argument("--runs", type=int, default=24, help="seeded runs per strategy (>= 20)")
     p.add_argument("--strategies", default=",".join(STRATEGIES).replace(",", ";"),
                    help="strategies separated by ';'")
-    p.add_argument("--logs", default=str(REPO / "docs" / "study_logs"))
-    p.add_argument("--out", default=str(REPO / "docs" / "search_study.json"))
+    p.add_argument("--logs", help="folder of the exhaustive logs, one <layer>.jsonl each "
+                                  "(default results/<target>/study-logs, -scale<S> when scaled)")
+    p.add_argument("--out", help="the study's JSON (default "
+                                 "build/study/search-study-<target>[-scale<S>].json)")
     p.add_argument("--md", help="markdown table (default: --out with .md)")
     p.add_argument("--jobs", type=int, help="parallel compiles")
     p.add_argument("--max-points", type=int, help="measure a seeded sample of at most this "
@@ -216,22 +233,22 @@ def main(argv=None):
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
 
-    from ..targets import get_target
     target = get_target(a.target)
     bench = benchmark_layers(a.benchmarks)
     names = [x.strip() for x in a.layers.split(",") if x.strip()]
     unknown = [n for n in names if n not in bench]
     if unknown:
-        raise SystemExit(f"study: unknown benchmark layers {unknown}; known: {sorted(bench)}")
-    tag = target.name + (f"-scale{a.scale}" if a.scale > 1 else "")
+        raise AotconvError(f"unknown benchmark layers {unknown}; known: {sorted(bench)}")
+    logs = Path(a.logs) if a.logs else default_logs(target.name, a.scale)
+    out = Path(a.out) if a.out else default_out(target.name, a.scale)
     study = {"target": target.name, "scale": a.scale, "runs": a.runs,
-             "command": "python -m aotconv.tune.study " + " ".join(
+             "command": "python -m aotconv.bench.study " + " ".join(
                  shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
              "layers": {}}
     strategies = [s for s in a.strategies.split(";") if s]
     for name in names:
-        layer = conv_layer(name, bench[name], a.scale)
-        path = log_path(a.logs, tag, name)
+        layer = study_layer(name, bench[name], a.scale)
+        path = log_path(logs, name)
         entry = {"dims": list(layer.in_shape) + [layer.out_shape[1], *layer.attrs["kernel"],
                                                  layer.attrs["stride"][0],
                                                  layer.attrs["pad"][0]]}
@@ -242,22 +259,31 @@ def main(argv=None):
                 layer, target, path, a.jobs, a.max_points, quiet=a.quiet,
                 variants=[v for v in (a.variants or "").split(",") if v])
         elif not path.is_file():
-            raise SystemExit(f"study: no log {path}; run without --replay-only first")
+            raise AotconvError(f"no log {path}; run without --replay-only first")
         else:
             old = {}
-            if Path(a.out).is_file():
-                old = json.loads(Path(a.out).read_text()).get("layers", {}).get(name, {})
+            if out.is_file():
+                old = json.loads(out.read_text()).get("layers", {}).get(name, {})
             entry["recorded"] = old.get("recorded", {})
         entry["log"] = os.path.relpath(path, REPO)
         entry["analysis"] = analyse(path, a.runs, strategies)
         study["layers"][name] = entry
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(study, indent=1) + "\n")
-    md = Path(a.md) if a.md else Path(a.out).with_suffix(".md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(study, indent=1) + "\n")
+    md = Path(a.md) if a.md else out.with_suffix(".md")
     md.write_text(markdown(study))
     print(md.read_text())
     return 0
 
 
+def entry(argv=None):
+    """main() with a bad input said in one line (exit status 2), as the aotconv command does."""
+    try:
+        return main(argv)
+    except AotconvError as e:
+        print(f"study: error: {e}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -1,8 +1,12 @@
-"""The benchmark layer sets: (name, N, C, H, W, K, R, S, stride, pad).
+"""The benchmark layer sets: (name, N, C, H, W, K, R, S, stride, pad), and the conv layer of each.
 
 AlexNet's five convolutions at batch 128 (the BEAST paper's L1-L5), VGG-16's thirteen at
 batch 1, and Boda's 43 unique convolutions of AlexNet, NiN and Inception-V1 at batch 5.
 """
+import fnmatch
+
+from .. import ops
+from ..graph import Layer
 
 # AlexNet (Caffe, groups unrolled as in the BEAST paper's L1..L5), batch 128.
 ALEXNET_N128 = [
@@ -40,3 +44,28 @@ def flops(N, C, H, W, K, R, S, stride, pad):
     return 2 * N * K * P * Q * C * R * S
 
 SETS = {"alexnet_n128": ALEXNET_N128, "vgg16_n1": VGG16_N1, "boda43_n5": BODA43_N5}
+SET_NAMES = tuple(SETS)
+
+
+def conv_layer(t, max_batch=None):
+    """A conv Layer (no bias, no activation) from a benchmark tuple; the batch capped at
+    `max_batch` when given. Returns (layer, original batch)."""
+    name, n, c, h, w, k, r, s, stride, pad = t
+    n0 = n
+    if max_batch:
+        n = min(n, max_batch)
+    a = ops.normalise("conv", {"out": k, "kernel": [r, s], "stride": stride, "pad": pad,
+                               "bias": False})
+    out, params = ops.infer("conv", a, [(n, c, h, w)])
+    return Layer(name, "conv", a, ["input"], in_shapes=[(n, c, h, w)], out_shape=out,
+                 params=params), n0
+
+
+def select(set_names, patterns):
+    """[(set name, tuple)] of the chosen sets, filtered by name globs."""
+    out = []
+    for s in set_names:
+        for t in SETS[s]:
+            if not patterns or any(fnmatch.fnmatch(t[0], p) for p in patterns):
+                out.append((s, t))
+    return out

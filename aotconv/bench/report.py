@@ -1,16 +1,39 @@
-"""What `aotconv bench` derives and prints: roofline figures, the why / what-would-close-it
-column, per-set summaries (geometric means, totals) and the markdown and text tables.
+"""What `aotconv bench` records, derives and prints: failures and times as JSON, roofline
+figures, the why / what-would-close-it column, per-set summaries (geometric means, totals), the
+markdown and text tables, and the files they are written to.
 
 Everything here is device-free: it reads the JSON rows that aotconv.bench measures, so a
 table can be re-rendered (`aotconv bench --from-json`) and tested without a device.
 """
+import json
 import math
+from pathlib import Path
+import sys
+import traceback
 
 # below this kernel time the launch and the ramp-up of the machine dominate (a GPU launch is a
 # few microseconds; PoCL's, through its pthread scheduler, tens)
 LAUNCH_BOUND_US = {"gpu": 10.0, "cpu": 50.0}
 # a layer "falls short" when ours is this much slower than the reference
 SHORT = 1.05
+
+
+def log(msg, quiet=False):
+    """Progress on stderr (stdout is the table)."""
+    if not quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def failure(e):
+    """A caught exception as JSON: what it was and where (for runs read only afterwards)."""
+    tb = traceback.extract_tb(e.__traceback__)[-3:]
+    return {"error": f"{type(e).__name__}: {str(e)[:500]}",
+            "where": [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in tb]}
+
+
+def rounded(xs):
+    """Times as the JSON keeps them: 6 significant digits."""
+    return [float(f"{x:.6g}") for x in xs]
 
 
 def geomean(xs):
@@ -327,3 +350,25 @@ def text_table(doc):
                  f"{_f(r.get('build_s'), '{:.1f}')} s"
                  + (f"; {o['error']}" if o.get("error") else ""))
     return "\n".join(L)
+
+
+# -- the whole document -----------------------------------------------------------------------
+
+def finish(doc, target_dict, registered):
+    """Derive every row's figures and the per-set summaries (in place)."""
+    for s in doc["sets"].values():
+        for r in s["rows"]:
+            derive(r, target_dict, registered)
+        s["summary"] = summarise(s["rows"])
+    return doc
+
+
+def write(doc, out, md):
+    """The JSON (replaced atomically: a run cut short keeps the last complete file) and the
+    markdown."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    md.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    tmp.replace(out)
+    md.write_text(markdown(doc) + "\n")

@@ -12,13 +12,15 @@ floats. Kernel mode 151 is cross-correlation (what frameworks call convolution).
 symmetric, there are no groups and no bias: layers outside that are reported as unsupported.
 Since 1.5 the routine is one kernel (XconvgemmNormal), so the returned event times all of it.
 pyopencl's wheel carries its own ICD loader and CLBlast links the system's; both dispatch
-through the driver's object, so the handles cross between them unchanged.
+through the driver's object, so the handles cross between them unchanged. `ClblastConv` is a
+subject of aotconv.protocol: verified and timed exactly as our kernels are.
 """
 import ctypes
 import ctypes.util
 import os
 
 import numpy as np
+import pyopencl as cl
 
 CROSS_CORRELATION = 151
 
@@ -41,13 +43,9 @@ class ClblastError(RuntimeError):
 def status_name(code):
     if code in STATUS:
         return f"CLBlast{STATUS[code]} ({code})"
-    try:
-        import pyopencl as cl
-        for name in dir(cl.status_code):
-            if not name.startswith("_") and getattr(cl.status_code, name) == code:
-                return f"CL_{name} ({code})"
-    except ImportError:
-        pass
+    for name in dir(cl.status_code):
+        if not name.startswith("_") and getattr(cl.status_code, name) == code:
+            return f"CL_{name} ({code})"
     return f"status {code}"
 
 
@@ -107,7 +105,6 @@ class ClblastConv:
     """One conv layer as CLBlastSconvgemm over `copies` sets of buffers (rotated when timing)."""
 
     def __init__(self, ctx, queue, layer, x, w, copies=1):
-        import pyopencl as cl
         why = unsupported(layer)
         if why:
             raise ClblastError(f"convgemm does not support this layer: {why}")
@@ -130,7 +127,6 @@ class ClblastConv:
 
     def run(self, i=0):
         """Enqueue copy i's convolution; returns its pyopencl Event (profiling when enabled)."""
-        import pyopencl as cl
         im, ker, res = self.sets[i % len(self.sets)]
         ev = ctypes.c_void_p()
         st = self.lib.CLBlastSconvgemm(CROSS_CORRELATION, *self.dims,
@@ -140,8 +136,25 @@ class ClblastConv:
             raise ClblastError(f"CLBlastSconvgemm returned {status_name(st)}")
         return cl.Event.from_int_ptr(ev.value, retain=False) if ev.value else None
 
+    # -- the protocol's subject
+
+    timed = run
+
+    @property
+    def copies(self):
+        return len(self.sets)
+
+    def poison(self):
+        cl.enqueue_copy(self.queue, self.sets[0][2],
+                        np.full(int(np.prod(self.layer.out_shape)), np.nan, np.float32))
+
+    def finish(self):
+        self.queue.finish()
+
+    def ms(self, ev):
+        return (ev.profile.end - ev.profile.start) * 1e-6
+
     def output(self, i=0):
-        import pyopencl as cl
         out = np.empty(self.layer.out_shape, np.float32)
         cl.enqueue_copy(self.queue, out, self.sets[i % len(self.sets)][2])
         return out

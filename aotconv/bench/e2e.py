@@ -1,0 +1,144 @@
+"""One network end to end: build the emitted library with `compile_network`, time its run()
+(from numpy memory and from its pinned host buffers) and its per-kernel profile, against
+PyTorch eager on a model of the same net.yaml with the same weights (aotconv.torch_model).
+
+The repeat counts follow the protocol's policy for the bench (aotconv.protocol.counts); the
+outputs are compared with the hybrid tolerance before anything is timed.
+"""
+import json
+from pathlib import Path
+import time
+
+import numpy as np
+
+from .. import params as params_mod
+from .. import spec, torch_model
+from ..compiler import compile_network
+from ..harness import close
+from ..protocol import counts
+from ..runtime import load
+from .refs.torch_ref import Timer, sync, torch
+from .report import failure, rounded
+
+
+def bench_e2e(dev, refs, net_name, batch, opts, notes):
+    """Build `net_name` at `batch` (capped by --scale), run the library, compare with torch."""
+    net0 = spec.load_network(net_name, batch=batch)
+    b0 = net0.input_shape[0]
+    if opts.max_batch and b0 > opts.max_batch:
+        net0 = spec.load_network(net_name, batch=opts.max_batch)
+    b = net0.input_shape[0]
+    row = {"net": net_name, "batch": b, "batch_orig": b0, "ours": {}, "torch": {}}
+    outdir = Path(opts.workdir) / f"{net_name}-b{b}"
+    budget = opts.fit_budget(opts.e2e_budget, 60, f"end to end {net_name} batch {b}", notes)
+    row["budget"] = budget
+    row["mode"] = ("fallback (no tuner)" if opts.mode != "tune" else
+                   f"tuned, budget {budget or 'default'}")
+    t0 = time.monotonic()
+    try:
+        compile_network(net_name, target=opts.target_arg, outdir=outdir, batch=b,
+                        tune_mode=opts.mode if opts.mode == "tune" else "fallback",
+                        budget=budget, strategy=opts.strategy, quiet=opts.quiet,
+                        measure=False, seed=opts.seed)
+    except Exception as e:
+        row["ours"].update(failure(e))
+        row["ours"]["error"] = "build failed: " + row["ours"]["error"]
+        row["build_s"] = round(time.monotonic() - t0, 1)
+        return row
+    row["build_s"] = round(time.monotonic() - t0, 1)
+    row["build_dir"] = str(outdir)
+    try:
+        tj = json.loads((outdir / "tuning.json").read_text())
+        row["kernels"] = len(tj.get("kernels", tj.get("layers", [])))
+    except Exception:
+        pass
+    flat = params_mod.random_params(net0, seed=opts.seed)
+    x = np.random.default_rng(opts.seed + 1).standard_normal(net0.input_shape).astype(np.float32)
+    try:
+        with load(outdir) as lib:
+            lib.set_params(flat)
+            y = lib(x)
+            t1 = time.perf_counter()
+            lib(x)
+            warmup, repeats = counts((time.perf_counter() - t1) * 1e3, opts)
+            for _ in range(warmup):
+                lib(x)
+            walls, sums = [], []
+            for _ in range(repeats):
+                t1 = time.perf_counter()
+                lib(x)
+                walls.append((time.perf_counter() - t1) * 1e3)
+                sums.append(sum(ms for _, ms in lib.profile()))
+            row["ours"].update(run_ms=float(np.median(walls)), kernels_ms=float(np.median(sums)),
+                               run_times=rounded(walls))
+            row["ours"].update(pinned_run(lib, x, y, warmup, repeats))
+    except Exception as e:
+        row["ours"].update(failure(e))
+        row["ours"]["error"] = "run failed: " + row["ours"]["error"]
+        return row
+    if refs.torch_device is None:
+        row["torch"]["note"] = refs.status["torch"]["note"]
+        return row
+    try:
+        row["torch"], yt = torch_e2e(net0, flat, x, refs.torch_device, opts)
+        ys = y if isinstance(y, list) else [y]
+        yts = yt if isinstance(yt, list) else [yt]
+        errs = [close(a, b)[1] for a, b in zip(ys, yts)]
+        row["max_error"] = max(errs)
+        row["match"] = row["max_error"] <= 1e-3
+        o, t = row["ours"], row["torch"]
+        row["ratio_wall"] = o["run_ms"] / t["wall_ms"] if t.get("wall_ms") else None
+        row["ratio_kernels"] = o["kernels_ms"] / t["eager_ms"] if t.get("eager_ms") else None
+    except Exception as e:
+        row["torch"] = {"note": "failed", **failure(e)}
+    return row
+
+
+def pinned_run(lib, x, y, warmup, repeats):
+    """run() from the library's pinned host buffers (host_buffers()), what an application that
+    writes its input there gets: {"run_pinned_ms"}, or {"run_pinned_error"} when the buffers
+    cannot be had or the output differs from run() on numpy memory."""
+    try:
+        xin, _ = lib.host_buffers()
+        xin[...] = x
+        got = lib.run_host().copy()
+        want = np.concatenate([v.ravel() for v in (y if isinstance(y, list) else [y])])
+        if not np.array_equal(got, want):
+            return {"run_pinned_error": "the output from the pinned buffers differs from "
+                                        "run() on numpy memory"}
+        for _ in range(warmup):
+            lib.run_host()
+        times = []
+        for _ in range(repeats):
+            t1 = time.perf_counter()
+            lib.run_host()
+            times.append((time.perf_counter() - t1) * 1e3)
+        return {"run_pinned_ms": float(np.median(times))}
+    except Exception as e:
+        return {"run_pinned_error": f"{type(e).__name__}: {e}"}
+
+
+def torch_e2e(net0, flat, x, device, opts):
+    """PyTorch eager on a model of the same net: device time (CUDA events, input resident) and
+    wall time including the input upload and output download, as our run() does."""
+    t = torch()
+    model = torch_model.build(net0, flat, device)
+    xd = t.from_numpy(x).to(device)
+    with t.no_grad():
+        y = model(xd)
+        ys = [v.float().cpu().numpy() for v in (y if isinstance(y, list) else [y])]
+        timer = Timer(device)
+        warmup, repeats = counts(timer(lambda: model(xd)), opts)
+        for _ in range(warmup):
+            model(xd)
+        sync(device)
+        eager = [timer(lambda: model(xd)) for _ in range(repeats)]
+        walls = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            out = model(t.from_numpy(x).to(device))
+            (out if not isinstance(out, list) else out[0]).cpu()
+            walls.append((time.perf_counter() - t0) * 1e3)
+    res = {"eager_ms": float(np.median(eager)), "wall_ms": float(np.median(walls)),
+           "eager_times": rounded(eager)}
+    return res, (ys[0] if len(ys) == 1 else ys)

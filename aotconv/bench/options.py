@@ -1,0 +1,86 @@
+"""The parsed `aotconv bench` command line: modes, budgets, repeat counts, the deadline, and
+the tuner's measurer shared by every layer of a run."""
+import time
+
+from ..errors import AotconvError
+from ..tune.measure import Measurer
+from ..tune.search import parse_budget
+
+E2E_DEFAULT = (("vgg16", 1), ("vgg16", 16), ("alexnet", 128))
+
+
+def parse_scale(text):
+    """'N=1' or '1' -> the largest batch to run; None -> no scaling."""
+    if text is None:
+        return None
+    t = str(text).strip().lower()
+    if t.startswith("n="):
+        t = t[2:]
+    try:
+        n = int(t)
+    except ValueError:
+        raise AotconvError(f"--scale '{text}': give the largest batch, as N=1") from None
+    if n < 1:
+        raise AotconvError(f"--scale '{text}': the batch must be >= 1")
+    return n
+
+
+def parse_e2e(text):
+    """'vgg16:1,alexnet:128' -> [(net, batch or None)]; empty -> the default networks."""
+    if not text:
+        return list(E2E_DEFAULT)
+    out = []
+    for item in text.split(","):
+        net, _, b = item.strip().partition(":")
+        out.append((net, int(b) if b else None))
+    return out
+
+
+class Options:
+    """The parsed command line, plus the shared tuner measurer."""
+
+    def __init__(self, a, target):
+        self.a = a
+        self.mode = "fallback" if a.no_tune else "tune"
+        self.budget, self.set_budget, self.e2e_budget = a.budget, a.set_budget, a.e2e_budget
+        self.strategy = a.strategy
+        self.quiet = a.quiet
+        self.max_batch = parse_scale(a.scale)
+        gpu = target.kind == "gpu"
+        self.repeats = a.repeats or (30 if gpu else 7)
+        self.warmup = a.warmup if a.warmup is not None else (5 if gpu else 2)
+        self.max_measure_s = a.max_measure_s or (3.0 if gpu else 1.5)
+        self.seed = a.seed
+        self.verify_images = a.verify_images
+        self.verify_max_gflop = a.verify_max_gflop
+        self.workdir = a.workdir
+        self.target_arg = a.target
+        self.deadline = (time.monotonic() + a.deadline) if a.deadline else None
+        self._measurer = None
+
+    def measurer(self, dev):
+        if self._measurer is None:
+            self._measurer = Measurer(dev.target, jobs=self.a.jobs)
+        return self._measurer
+
+    def out_of_time(self):
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def fit_budget(self, budget, reserve_s, what, notes):
+        """`budget` shrunk so that a time budget leaves `reserve_s` before --deadline (tuning
+        cannot be stopped half-way; the measurements after it must still fit)."""
+        if budget is None or self.deadline is None:
+            return budget
+        b = parse_budget(budget)
+        left = self.deadline - time.monotonic() - reserve_s
+        if b.kind != "seconds" or b.amount <= left:
+            return budget
+        fitted = f"{max(10.0, left):.0f}s"
+        notes.append(f"{what}: tuning budget {budget} shrunk to {fitted} to end before "
+                     f"--deadline")
+        return fitted
+
+    def close(self):
+        if self._measurer is not None:
+            self._measurer.close()
+            self._measurer = None

@@ -1,0 +1,227 @@
+"""The measurement protocol: how aotconv runs, checks and times a built kernel of one layer.
+
+One set of rules for every caller: the tuner's runner process (aotconv.tune.measure), `aotconv
+bench` (our kernels and the reference libraries beside them) and tools/kernel_probe.py.
+
+- Data: fresh random inputs and parameters, never zeros (harness.random_inputs).
+- Storage order: a variant that reads NHWC or CHWN (`layouts_of`) gets its input in that
+  order, and its output is read back to the logical NCHW array before any comparison.
+- Poisoning: the output is filled with NaN before the checked run, so a kernel that leaves
+  part of its output unwritten cannot pass on what an earlier run left there.
+- Verification: against the float64 numpy reference (reference.forward) on the first
+  `images` images of the batch (all by default), hybrid relative/absolute tolerance:
+  |out - ref| <= TOLERANCE * max(1, |ref|) everywhere (harness.close).
+- Copies: as many sets of the buffers as spill the last-level cache twice, at most
+  MAX_COPIES and 1/8 of the device memory (`copies`); launch i runs on copy i % copies, so
+  a repeat is not served from a cache the previous one warmed.
+- Timing: one run's time is the estimate the repeat counts are planned with; warm-up
+  launches, then the timed repeats; the median is the figure.
+
+What is measured is a *subject*: anything with
+`copies`, `poison()`, `run(i)` (enqueue on copy i, untimed), `timed(i)` (enqueue on copy i,
+returning a handle), `finish()`, `ms(handle)` and `output()` (the logical output of copy 0).
+`Kernel` is ours (LayerRuns through pyopencl); aotconv.bench.refs wraps PyTorch and CLBlast
+the same way. How many warm-ups and repeats is the caller's policy (`counts` for the bench,
+`repeats_for_total` for the tuner); the rest is here.
+"""
+import math
+import warnings
+
+import numpy as np
+
+from .graph import count
+from .harness import LayerRun, build as build_source, cl, close
+from .ops import flops
+from .reference import forward, from_layout, to_layout
+
+TOLERANCE = 1e-3
+MAX_COPIES = 16
+
+
+# -- building ----------------------------------------------------------------------------------
+
+def build(ctx, device, source, options, binary=None, name="kernel"):
+    """A built program: from `binary` when given and the driver takes it, else from `source`
+    (a failed build raises KernelBuildError, with the source, options and log saved)."""
+    if binary is not None:
+        cl_ = cl()
+        try:
+            return cl_.Program(ctx, [device], [binary]).build(options=list(options))
+        except cl_.Error:
+            pass                                          # the driver refused it: use the source
+    return build_source(ctx, source, options, name=name)
+
+
+# -- the reference -----------------------------------------------------------------------------
+
+class Reference:
+    """The float64 output of `layer` on the first `images` images (every image when None),
+    computed once when first needed; skipped, and saying why, where it would cost more than
+    `max_gflop`."""
+
+    def __init__(self, layer, xs, params, images=None, max_gflop=None, tol=TOLERANCE):
+        n = layer.in_shape[0]
+        self.layer, self.tol = layer, tol
+        self.images = n if images is None else min(n, images)
+        self.xs = [np.asarray(x)[:self.images] for x in xs]
+        self.params = params
+        self.skipped = None
+        self._expected = None
+        cost = flops(layer) * self.images / n / 1e9
+        if max_gflop is not None and cost > max_gflop:
+            self.skipped = (f"the float64 reference of {self.images} image(s) is {cost:.0f} "
+                            f"GFLOP (> --verify-max-gflop {max_gflop:g})")
+
+    def expected(self):
+        if self._expected is None:
+            self._expected = forward(self.layer, [x.astype(np.float64) for x in self.xs],
+                                     {k: np.asarray(v, np.float64)
+                                      for k, v in self.params.items()})
+        return self._expected
+
+    def check(self, out, tol=None):
+        """{'ok', 'error', 'images'} (error: the largest scaled difference) or {'skipped': why}."""
+        if self.skipped:
+            return {"skipped": self.skipped}
+        ok, err = close(np.asarray(out)[:self.images], self.expected(),
+                        self.tol if tol is None else tol)
+        return {"ok": ok, "error": err, "images": self.images}
+
+
+# -- how many copies ---------------------------------------------------------------------------
+
+def copies(footprint, cache_bytes, mem_bytes):
+    """Buffer sets to rotate over: enough to spill a last-level cache of `cache_bytes` twice,
+    at most MAX_COPIES and 1/8 of the device's `mem_bytes`."""
+    size = max(int(footprint), 1)
+    want = math.ceil(2 * cache_bytes / size) if cache_bytes else 1
+    return int(max(1, min(MAX_COPIES, want, mem_bytes // 8 // size)))
+
+
+def layer_footprint(layer):
+    """Bytes of a layer's inputs, output and parameters: one copy, whoever computes it."""
+    return 4 * (sum(count(s) for s in layer.in_shapes) + count(layer.out_shape)
+                + sum(count(s) for _, s in layer.params))
+
+
+def buffers_footprint(run):
+    """Bytes of every buffer of one LayerRun (a variant's own buffers and scratch too)."""
+    bufs = list(run.inputs) + [run.output] + list(run.params.values()) + list(run.extra.values())
+    if run.scratch is not None:
+        bufs.append(run.scratch)
+    return sum(b.size for b in bufs)
+
+
+# -- our kernel as a subject -------------------------------------------------------------------
+
+class Kernel:
+    """One (variant, cfg) of `layer` built once, over `n` copies of its buffers that hold the
+    same inputs (in the variant's storage order) and parameters. `variant` may be the tuner's
+    Plan. `program`/`source`: a program the caller built (with other options, say) and its
+    source; by default the variant's source is rendered and built here."""
+
+    def __init__(self, ctx, queue, layer, variant, cfg, xs, params, n=1, program=None,
+                 source=None):
+        self.queue, self.layer, self.variant, self.cfg = queue, layer, variant, cfg
+        self.layouts = tuple(variant.layouts_of(layer, cfg))         # (reads, writes)
+        lin = self.layouts[0]
+        self.xs = xs if lin == "NCHW" else [to_layout(x, lin) for x in xs]
+        self.params = params
+        first = LayerRun(ctx, queue, layer, variant, cfg, program=program, source=source)
+        self.runs = [first]
+        self._fill(first)
+        self.add_copies(n - 1)
+
+    def _fill(self, run):
+        run.set_inputs(self.xs)
+        run.set_params(self.params)
+
+    def add_copies(self, k):
+        """`k` more copies sharing the first one's program."""
+        first = self.runs[0]
+        with warnings.catch_warnings():
+            # the copies share one program, so each fetches the same kernels again: intended
+            warnings.filterwarnings("ignore", message=".*retrieved more than once.*")
+            for _ in range(max(0, k)):
+                r = LayerRun(first.ctx, self.queue, self.layer, self.variant, self.cfg,
+                             program=first.program, source=first.source)
+                self._fill(r)
+                self.runs.append(r)
+
+    @property
+    def copies(self):
+        return len(self.runs)
+
+    @property
+    def program(self):
+        return self.runs[0].program
+
+    def poison(self):
+        self.runs[0].poison_output()
+
+    def run(self, i):
+        return self.runs[i % len(self.runs)].run()
+
+    timed = run                    # profiling events: every launch can be timed afterwards
+
+    def finish(self):
+        self.queue.finish()
+
+    def ms(self, events):
+        return self.runs[0].time_ms(events)
+
+    def output(self):
+        """Copy 0's output as the logical NCHW array, whatever order the variant wrote."""
+        out = self.runs[0].read_output()
+        lout = self.layouts[1]
+        return out if lout == "NCHW" else from_layout(out.ravel(), lout, self.layer.out_shape)
+
+
+# -- running a subject -------------------------------------------------------------------------
+
+def verify(subject, reference, tol=None):
+    """Poison copy 0's output, run it, read it back and check it: (check, ms of that run)."""
+    subject.poison()
+    h = subject.timed(0)
+    subject.finish()
+    return reference.check(subject.output(), tol), subject.ms(h)
+
+
+def estimate_ms(subject):
+    """One run's time (on the last copy): what the repeat counts are planned with."""
+    h = subject.timed(subject.copies - 1)
+    subject.finish()
+    return subject.ms(h)
+
+
+def time_repeats(subject, warmup, repeats):
+    """ms of each of `repeats` timed launches after `warmup` untimed ones, rotating over the
+    subject's copies (launch i on copy i)."""
+    for i in range(warmup):
+        subject.run(i)
+    subject.finish()
+    handles = [subject.timed(warmup + i) for i in range(repeats)]
+    subject.finish()
+    return [subject.ms(h) for h in handles]
+
+
+def median(times):
+    return float(np.median(times))
+
+
+# -- how many repeats --------------------------------------------------------------------------
+
+def counts(once_ms, opts):
+    """(warm-up, repeats) for a kernel whose single run took `once_ms`: opts.warmup and
+    opts.repeats, fewer (at least 3 repeats) where they would take longer than
+    opts.max_measure_s; a slow reference on a 2-core CPU would otherwise cost minutes."""
+    cap = opts.max_measure_s * 1e3 / max(once_ms, 1e-6)
+    repeats = int(max(3, min(opts.repeats, cap)))
+    warmup = int(max(1, min(opts.warmup, cap - repeats)))
+    return warmup, repeats
+
+
+def repeats_for_total(once_ms, min_total_ms, lo, hi):
+    """Repeats adding up to about `min_total_ms`, between `lo` and `hi` (the tuner's policy:
+    its warm-up is one launch on every copy)."""
+    return int(min(hi, max(lo, math.ceil(min_total_ms / max(once_ms, 1e-6)))))
