@@ -84,7 +84,9 @@ def check_weights(a):
     after tuning."""
     from .params import from_npz
     from .spec import load_network
-    from_npz(load_network(a.net, batch=a.batch), a.weights)
+    from .compiler import _import_onnx
+    im = _import_onnx(a.net, a.batch, a.input_shape)
+    from_npz(im.network if im else load_network(a.net, batch=a.batch), a.weights)
 
 
 def cmd_build(a):
@@ -96,10 +98,10 @@ def cmd_build(a):
                           weights=a.weights, seed=a.seed, tune_mode=mode, budget=a.budget,
                           strategy=a.strategy, tuning_db=a.tuning_db,
                           require_tuned=a.require_tuned, check=a.check, quiet=a.quiet,
-                          json_progress=a.json, jobs=a.jobs)
+                          json_progress=a.json, jobs=a.jobs, input_shapes=a.input_shape)
     if res.check_error is not None:
         ok = res.check_error <= 1e-3
-        print(f"check against numpy: max hybrid error {res.check_error:.2e} "
+        print(f"check against {res.check_reference}: max hybrid error {res.check_error:.2e} "
               f"({'ok' if ok else 'FAILED'})")
         if not ok:
             return 1
@@ -149,9 +151,12 @@ def parser():
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("build", help="compile a network into a tuned C library")
-    b.add_argument("net", help="a net.yaml path or the name of a shipped network")
+    b.add_argument("net", help="a net.yaml path, an .onnx model or the name of a shipped "
+                   "network")
     add_target_args(b)
     b.add_argument("-o", "--output", help="output directory (default build/<net>)")
+    b.add_argument("--input-shape", action="append", metavar="NAME=NxCxHxW",
+                   help="an .onnx model's input shape where it has symbolic dims (docs/onnx.md)")
     b.add_argument("--weights", help="an .npz with <layer>.<tensor> arrays (default: seeded random)")
     b.add_argument("--seed", type=int, default=0,
                    help=f"seed of the random weights (0 to {SEED_LIMIT - 1})")
@@ -166,7 +171,8 @@ def parser():
     b.add_argument("--require-tuned", action="store_true",
                    help="fail instead of using a fallback for an untuned layer")
     b.add_argument("--check", action="store_true",
-                   help="run the built library and compare with the float64 numpy reference")
+                   help="run the built library and compare with the float64 numpy reference "
+                   "(with onnxruntime, where installed, for an .onnx model)")
     b.add_argument("--jobs", type=int, help="parallel kernel compiles while tuning")
     b.add_argument("--quiet", action="store_true", help="no progress output")
     b.add_argument("--json", action="store_true", help="progress as JSON lines on stderr")
@@ -182,7 +188,7 @@ def parser():
     n = sub.add_parser("networks", help="list the shipped networks")
     n.set_defaults(func=cmd_networks)
 
-    for mod in ("aotconv.tune.cli", "aotconv.bench.cli"):
+    for mod in ("aotconv.tune.cli", "aotconv.bench.cli", "aotconv.onnx_import.cli"):
         try:
             m = __import__(mod, fromlist=["add_commands"])
         except ModuleNotFoundError as e:

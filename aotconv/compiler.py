@@ -26,6 +26,7 @@ class BuildResult:
     target: object
     profile: list = None     # [(kernel, ms)] median over runs, when the device was present
     check_error: float = None
+    check_reference: str = "numpy"   # what --check compared with (onnxruntime for .onnx)
 
 
 def log(msg, quiet=False):
@@ -36,10 +37,11 @@ def log(msg, quiet=False):
 def compile_network(source, target="auto", outdir=None, batch=None, weights=None, seed=0,
                     tune_mode="tune", budget=None, strategy=None, tuning_db=None,
                     require_tuned=False, check=False, measure=True, quiet=False, json_progress=False,
-                    jobs=None, fuse_pool="measure"):
+                    jobs=None, fuse_pool="measure", input_shapes=None):
     t0 = time.time()
     tgt = get_target(target)
-    net0 = spec.load_network(source, batch=batch)
+    imported = _import_onnx(source, batch, input_shapes)
+    net0 = imported.network if imported else spec.load_network(source, batch=batch)
     net = passes.optimise(net0)
     outdir = Path(outdir or Path("build") / net.name)
     log(f"aotconv: {net.name}: {len(net0.layers)} layers ({len(net.layers)} after fusion), "
@@ -69,7 +71,7 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
         log(f"aotconv: {sum(d.fused for d in fused)} of {len(fused)} pools fused into their "
             f"conv; {len(sch.conversions)} layout conversions inserted", quiet)
     emit(sch, tgt, outdir)
-    flat = (params_mod.from_npz(net0, weights) if weights
+    flat = (params_mod.from_npz(net0, weights) if weights else imported.params if imported
             else params_mod.random_params(net0, seed=seed))
     params_mod.write_bin(outdir / f"{c_ident(net.name)}.params.bin", flat)
     ninja_build(outdir)
@@ -78,7 +80,9 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
 
     res = BuildResult(outdir, net, sch, tgt)
     if measure and find_device(tgt) is not None:
-        res.profile, res.check_error = measure_library(outdir, net0, flat, seed, check)
+        ref = imported.reference() if imported and check and not weights else None
+        res.profile, res.check_error = measure_library(outdir, net0, flat, seed, check, ref=ref)
+        res.check_reference = ref.name if ref else "numpy"
     elif measure:
         log(f"aotconv: the {tgt.name} device is not present: library built, not run; "
             f"report.md has no measured times", quiet)
@@ -86,7 +90,18 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     return res
 
 
-def measure_library(outdir, net0, flat, seed, check, runs=5):
+def _import_onnx(source, batch, input_shapes):
+    """An .onnx source through aotconv.onnx_import (docs/onnx.md); None for a net.yaml."""
+    from . import onnx_import
+    if onnx_import.is_onnx(source):
+        return onnx_import.import_model(source, input_shapes=input_shapes, batch=batch)
+    if input_shapes:
+        raise onnx_import.OnnxError("--input-shape applies to .onnx models; a net.yaml gives "
+                                    "its input shape with `input:`", str(source))
+    return None
+
+
+def measure_library(outdir, net0, flat, seed, check, runs=5, ref=None):
     """Run the built library on random input: median per-kernel times, optional numpy check."""
     from .harness import close
     from .reference import run_network
@@ -104,7 +119,7 @@ def measure_library(outdir, net0, flat, seed, check, runs=5):
         prof = list(zip(lib.kernel_names, [float(t) for t in med]))
     err = None
     if check:
-        ref = run_network(net0, x, params_mod.split(net0, flat))
+        ref = ref(x) if ref else run_network(net0, x, params_mod.split(net0, flat))
         outs = out if isinstance(out, list) else [out]
         refs = ref if isinstance(ref, list) else [ref]
         err = max(close(o, r)[1] for o, r in zip(outs, refs))
