@@ -1,0 +1,473 @@
+"""ONNX nodes -> net.yaml layers, one node (with what simplify merged into it) per layer.
+
+Each supported op has one function that reads the node's attributes and constant operands
+and returns the layer's keys and tensors, or says, per attribute, what does not fit. A node
+maps only where aotconv's op computes exactly what ONNX specifies for every attribute value
+it has; anything else is reported, never approximated. Attributes a function does not know
+are reported too, so a newer ONNX attribute cannot slip through with its default ignored.
+"""
+from dataclasses import dataclass, field
+import numpy as np
+
+from .ir import DEFAULT_DOMAINS
+from .shapes import embed, flat_shape
+from .simplify import is_identity
+
+FLOAT = 1          # TensorProto.FLOAT
+
+
+class _Bad(Exception):
+    """Stops mapping a node whose problems are already recorded."""
+
+
+@dataclass
+class Mapped:
+    layer: dict                        # net.yaml keys other than name and inputs
+    inputs: list                       # run-time tensors it reads
+    tensors: dict = field(default_factory=dict)     # aotconv tensor name -> float32 array
+
+
+class _Node:
+    """One node being mapped: its graph, and the problems found so far."""
+
+    def __init__(self, n, g):
+        self.n, self.g, self.problems = n, g, []
+
+    def bad(self, attr, message):
+        self.problems.append((attr, message))
+
+    def stop(self, attr=None, message=None):
+        if message:
+            self.bad(attr, message)
+        raise _Bad()
+
+    def attr(self, name, default=None):
+        return self.n.attrs.get(name, default)
+
+    def value(self, i, what="input"):
+        """Run-time input i: its ONNX shape (rank 2 to 4, float32, static)."""
+        t = self.n.input(i)
+        g = self.g
+        if t is None:
+            self.stop(f"input {i}", "missing")
+        if g.is_const(t):
+            self.stop(f"input {i}", f"is a constant; aotconv's layers compute on the network "
+                                    f"input, so the {what} must be computed from it")
+        shape = g.view(self.n, i)
+        if shape is None:
+            self.stop(f"input {i}", f"tensor {t!r} has no static shape after shape inference")
+        if g.dtypes.get(t, FLOAT) != FLOAT:
+            self.stop(f"input {i}", "is not float32; aotconv computes in float32")
+        if embed(shape) is None:
+            self.stop(f"input {i}", f"has rank {len(shape)} {list(shape)}; aotconv maps "
+                                    f"tensors of rank 2 to 4 ([N, F], [N, C, L], [N, C, H, W])")
+        return shape
+
+    def const(self, i, what, optional=False):
+        """Constant input i as a float array, or None where it is absent and optional."""
+        t = self.n.input(i)
+        if t is None:
+            if optional:
+                return None
+            self.stop(what, "missing")
+        a = self.g.const(t)
+        if a is None:
+            self.stop(what, f"must be a constant (an initializer, or computed from constants "
+                            f"only); aotconv bakes {what} into the library's parameters")
+        a = np.asarray(a)
+        if a.dtype.kind != "f":
+            self.stop(what, f"has type {a.dtype}; expected float")
+        if not np.all(np.isfinite(a)):
+            self.stop(what, "holds NaN or infinite values")
+        return a
+
+    def ints(self, name, n, default):
+        v = self.attr(name)
+        if v is None:
+            return [default] * n
+        v = [int(x) for x in v]
+        if len(v) != n:
+            self.stop(name, f"has {len(v)} values; expected {n}")
+        return v
+
+
+def _f32(v):
+    """A float attribute (float32 in ONNX) as the shortest decimal that reads back the same."""
+    return float(str(np.float32(v)))
+
+
+def map_node(n, g):
+    """(Mapped, []) for node `n`, or (None, [(attr, message), ...])."""
+    c = _Node(n, g)
+    try:
+        if n.domain not in DEFAULT_DOMAINS:
+            c.stop(None, f"op from domain '{n.domain}'; aotconv imports the standard ONNX "
+                         f"ops listed in docs/onnx.md")
+        if is_identity(g, n):
+            c.value(0)
+            return Mapped({"op": "dropout"}, [n.input(0)]), []
+        fn = OPS.get(n.op)
+        if fn is None:
+            c.stop(None, f"aotconv has no {n.op}; it imports {', '.join(sorted(OPS))}")
+        known = KNOWN_ATTRS[n.op]
+        for a in n.attrs:
+            if a not in known:
+                c.bad(a, f"is not an attribute aotconv's {n.op} mapping knows (it reads "
+                         f"{', '.join(sorted(known)) or 'none'})")
+        out = n.outputs[0] if n.outputs else ""
+        if not out or out not in g.shapes:
+            c.stop("output", "has no static shape after shape inference")
+        if embed(g.shapes[out]) is None:
+            c.stop("output", f"has rank {len(g.shapes[out])}; aotconv maps tensors of rank 2 "
+                             f"to 4")
+        used = set(g.consumers()) | g.output_tensors()
+        for i, t in enumerate(n.outputs[1:], 1):
+            if t and t in used:
+                c.bad(f"output {i}", f"'{t}' is used; aotconv computes only the first output "
+                                     f"of {n.op}")
+        m = fn(c)
+        if c.problems:
+            raise _Bad()
+        return m, []
+    except _Bad:
+        return None, c.problems
+
+
+# ---------------------------------------------------------------------------------------------
+# windows: kernel, stride, dilation, padding
+
+
+def _same_pads(size, k, s, d, lower):
+    """ONNX SAME_UPPER / SAME_LOWER padding of one axis: (begin, end)."""
+    out = -(-size // s)
+    total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+    small = total // 2
+    return (total - small, small) if lower else (small, total - small)
+
+
+def _window(c, x_shape, kernel, has_dilation=True):
+    """Spatial (kernel, stride, dilation, begins, ends) as 2-D lists, from the attributes."""
+    s = len(x_shape) - 2
+    if s not in (1, 2):
+        c.stop("input 0", f"has {s} spatial axes; aotconv maps 1-D and 2-D windows")
+    if c.attr("kernel_shape") is not None and [int(k) for k in c.attr("kernel_shape")] != kernel:
+        c.stop("kernel_shape", f"{list(c.attr('kernel_shape'))} differs from the weight's "
+                               f"{kernel}")
+    stride = c.ints("strides", s, 1)
+    dil = c.ints("dilations", s, 1) if has_dilation else [1] * s
+    auto = c.attr("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pairs = [_same_pads(x_shape[2 + i], kernel[i], stride[i], dil[i], auto == "SAME_LOWER")
+                 for i in range(s)]
+        begins, ends = [p[0] for p in pairs], [p[1] for p in pairs]
+    elif auto == "VALID":
+        begins, ends = [0] * s, [0] * s
+    elif auto == "NOTSET":
+        pads = c.ints("pads", 2 * s, 0)
+        begins, ends = pads[:s], pads[s:]
+    else:
+        c.stop("auto_pad", f"unknown value {auto!r}")
+    if any(p < 0 for p in begins + ends):
+        c.stop("pads", f"negative pads {begins + ends}: aotconv pads, never crops")
+    pad1 = [1] * (2 - s)
+    return (kernel + pad1, stride + pad1, dil + pad1, begins + [0] * (2 - s),
+            ends + [0] * (2 - s))
+
+
+def _size(v):
+    return v[0] if v[0] == v[1] else list(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# the ops
+
+
+def _conv(c):
+    x = c.value(0, "data")
+    w = c.const(1, "W")
+    b = c.const(2, "B", optional=True)
+    if w.ndim != len(x):
+        c.stop("W", f"has rank {w.ndim}; the input has rank {len(x)}")
+    g = int(c.attr("group", 1))
+    m, cg = w.shape[0], w.shape[1]
+    if g < 1 or x[1] % g or m % g or cg * g != x[1]:
+        c.stop("group", f"group {g} does not fit {x[1]} input channels and weight "
+                        f"{list(w.shape)}")
+    if b is not None and b.shape != (m,):
+        c.stop("B", f"has shape {list(b.shape)}; expected [{m}]")
+    kernel = [int(k) for k in w.shape[2:]]
+    k2, s2, d2, begins, ends = _window(c, x, kernel)
+    x2 = embed(x)
+    layer = {"op": "conv", "out": int(m), "kernel": _size(k2)}
+    if s2 != [1, 1]:
+        layer["stride"] = _size(s2)
+    if begins != ends:
+        same = [_same_pads(x2[2 + i], k2[i], s2[i], d2[i], False) for i in range(2)]
+        if [p[0] for p in same] == begins and [p[1] for p in same] == ends:
+            layer["pad"] = "same"
+        else:
+            c.stop("pads", f"asymmetric padding (begin {begins}, end {ends}): aotconv pads a "
+                           f"conv symmetrically, or as SAME_UPPER ('same': any odd pixel at "
+                           f"the bottom/right)")
+    elif begins != [0, 0]:
+        layer["pad"] = _size(begins)
+    if d2 != [1, 1]:
+        layer["dilation"] = _size(d2)
+    if g != 1:
+        layer["groups"] = g
+    if b is None:
+        layer["bias"] = False
+    tensors = {"weight": w.reshape(m, cg, k2[0], k2[1])}
+    if b is not None:
+        tensors["bias"] = b
+    return Mapped(layer, [c.n.input(0)], tensors)
+
+
+def _pool(c):
+    x = c.value(0)
+    s = len(x) - 2
+    kernel = c.attr("kernel_shape")
+    if kernel is None:
+        c.stop("kernel_shape", "missing")
+    kernel = [int(k) for k in kernel]
+    if len(kernel) != s:
+        c.stop("kernel_shape", f"has {len(kernel)} values for {s} spatial axes")
+    k2, s2, d2, begins, ends = _window(c, x, kernel)
+    if d2 != [1, 1]:
+        c.bad("dilations", f"{c.attr('dilations')}: aotconv's pools have no dilation")
+    ceil = int(c.attr("ceil_mode", 0))
+    avg_counts_pad = c.n.op == "AveragePool" and int(c.attr("count_include_pad", 0))
+    if begins != ends:
+        # extra padding at the end only (Caffe's ceil mode, as exporters write it) is
+        # ceil_mode where both give the same windows: the extra pads hold no input and,
+        # unless an average counts them, change nothing
+        x2 = embed(x)
+        same = [_pool_out(x2[2 + i], k2[i], s2[i], begins[i], True) ==
+                _pool_out(x2[2 + i] + ends[i] - begins[i], k2[i], s2[i], begins[i], False)
+                for i in range(2)]
+        if ceil or avg_counts_pad or any(e < b for b, e in zip(begins, ends)) or not all(same):
+            c.stop("pads", f"asymmetric padding (begin {begins}, end {ends}): aotconv's pools "
+                           f"pad symmetrically (end padding is taken only where it equals "
+                           f"ceil_mode)")
+        ceil = 1
+    if any(2 * p > k for p, k in zip(begins, k2)):
+        c.stop("pads", f"pads {begins} exceed half the window {k2}: aotconv's pools pad at "
+                       f"most half the window")
+    op = "maxpool" if c.n.op == "MaxPool" else "avgpool"
+    layer = {"op": op, "kernel": _size(k2), "stride": _size(s2)}
+    if begins != [0, 0]:
+        layer["pad"] = _size(begins)
+    if ceil:
+        layer["ceil_mode"] = True
+    if avg_counts_pad:
+        layer["count_include_pad"] = True
+    return Mapped(layer, [c.n.input(0)])
+
+
+def _pool_out(size, k, s, p, ceil):
+    """Pooled size of one axis, padded by p on both sides, as aotconv (PyTorch) counts it:
+    with ceil_mode a last window starting in the right padding is dropped."""
+    span = size + 2 * p - k
+    if span < 0:
+        return 0
+    out = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _global_avgpool(c):
+    x = c.value(0)
+    if len(x) < 3:
+        c.stop("input 0", f"has rank {len(x)}; GlobalAveragePool needs spatial axes")
+    return Mapped({"op": "global_avgpool"}, [c.n.input(0)])
+
+
+def _reduce_mean(c):
+    x = c.value(0)
+    r = len(x)
+    if c.n.input(1):                          # opset 18: axes as an input
+        axes = c.g.const(c.n.input(1))
+        if axes is None:
+            c.stop("axes", "must be a constant")
+        axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    else:
+        axes = [int(a) for a in c.attr("axes", [])]
+    if not axes:
+        c.stop("axes", "empty: averaging over every axis (or, with noop_with_empty_axes, none) "
+                       "is not aotconv's global_avgpool, which averages over H and W")
+    axes = sorted({a % r for a in axes})
+    spatial_left = [a for a in range(2, r) if a not in axes and x[a] != 1]
+    if any(a < 2 for a in axes) or spatial_left:
+        c.stop("axes", f"{axes} of a rank-{r} tensor {list(x)}: aotconv averages over every "
+                       f"spatial axis and nothing else (global_avgpool)")
+    return Mapped({"op": "global_avgpool"}, [c.n.input(0)])
+
+
+def _activation(op):
+    def f(c):
+        c.value(0)
+        layer = {"op": op}
+        if op == "leaky_relu":
+            layer["alpha"] = _f32(c.attr("alpha", 0.01))
+        return Mapped(layer, [c.n.input(0)])
+    return f
+
+
+def _softmax(c):
+    x = c.value(0)
+    axis = int(c.attr("axis", -1))
+    if axis % len(x) != 1:
+        c.stop("axis", f"{axis} of a rank-{len(x)} tensor {list(x)}: aotconv's softmax is over "
+                       f"the channel axis (1)")
+    return Mapped({"op": "softmax"}, [c.n.input(0)])
+
+
+def _lrn(c):
+    c.value(0)
+    size = int(c.attr("size", 0))
+    if size < 1 or size % 2 == 0:
+        c.stop("size", f"{size}: aotconv's lrn (PyTorch's) centres its window on odd sizes "
+                       f"only; an even window sits differently in ONNX")
+    return Mapped({"op": "lrn", "size": size, "alpha": _f32(c.attr("alpha", 1e-4)),
+                   "beta": _f32(c.attr("beta", 0.75)), "k": _f32(c.attr("bias", 1.0))},
+                  [c.n.input(0)])
+
+
+def _concat(c):
+    ins = [t for t in c.n.inputs if t]
+    shapes = [c.value(i) for i in range(len(c.n.inputs)) if c.n.input(i)]
+    axis = int(c.attr("axis", 1))
+    if axis % len(shapes[0]) != 1:
+        c.stop("axis", f"{axis} of rank-{len(shapes[0])} tensors: aotconv concatenates "
+                       f"channels (axis 1)")
+    return Mapped({"op": "concat"}, ins)
+
+
+def _add(c):
+    ins = [t for t in c.n.inputs if t]
+    consts = [t for t in ins if c.g.is_const(t)]
+    if consts:
+        c.stop("input", f"adds the constant '{consts[0]}': aotconv folds a constant Add only "
+                        f"into the BatchNormalization (per channel) or Gemm/MatMul (per output) "
+                        f"before it")
+    shapes = [c.value(i) for i in range(len(c.n.inputs)) if c.n.input(i)]
+    if len(ins) < 2:
+        c.stop("input", "needs two or more inputs")
+    if any(s != shapes[0] for s in shapes):
+        c.stop("input", f"shapes {[list(s) for s in shapes]} differ: aotconv adds tensors of "
+                        f"one shape (no broadcasting)")
+    return Mapped({"op": "add"}, ins)
+
+
+def _batchnorm(c):
+    x = c.value(0)
+    if int(c.attr("training_mode", 0)):
+        c.stop("training_mode", "1: aotconv builds inference only (running statistics)")
+    ch = x[1]
+    names = ("scale", "B", "input_mean", "input_var")
+    ts = {}
+    for i, (nm, key) in enumerate(zip(names, ("gamma", "beta", "mean", "var")), 1):
+        a = c.const(i, nm)
+        if a.size != ch or a.ndim != 1:
+            c.stop(nm, f"has shape {list(a.shape)}; expected [{ch}]")
+        ts[key] = a
+    eps = _f32(c.attr("epsilon", 1e-5))
+    if not eps > 0:
+        c.stop("epsilon", f"{eps}: aotconv's batchnorm needs epsilon > 0")
+    if np.any(ts["var"] + eps <= 0):
+        c.stop("input_var", "var + epsilon is not positive everywhere")
+    return Mapped({"op": "batchnorm", "eps": eps}, [c.n.input(0)], ts)
+
+
+def _gemm(c):
+    a = c.value(0, "A")
+    b = c.const(1, "B")
+    if int(c.attr("transA", 0)):
+        c.stop("transA", "1: A transposed puts the batch on the reduced axis; aotconv's dense "
+                         "computes x[N, K] @ W^T")
+    if b.ndim != 2:
+        c.stop("B", f"has rank {b.ndim}; expected a [K, M] matrix")
+    w = b if int(c.attr("transB", 0)) else b.T
+    m, k = w.shape
+    if flat_shape(a)[1] != k:
+        c.stop("B", f"{list(b.shape)} does not fit the input {list(a)}")
+    w = np.ascontiguousarray(w, np.float32)
+    alpha = float(c.attr("alpha", 1.0))
+    if alpha != 1.0:
+        w = w * np.float32(alpha)
+    layer = {"op": "dense", "out": int(m)}
+    tensors = {"weight": w}
+    cb = c.const(2, "C", optional=True)
+    if cb is not None:
+        from .simplify import _row_vector
+        row = _row_vector(cb, m)
+        if row is None:
+            c.stop("C", f"has shape {list(cb.shape)}: a bias that differs per row is not "
+                        f"aotconv's dense, which adds one bias per output")
+        tensors["bias"] = (float(c.attr("beta", 1.0)) * row).astype(np.float32)
+    else:
+        layer["bias"] = False
+    return Mapped(layer, [c.n.input(0)], tensors)
+
+
+def _matmul(c):
+    c.value(0, "A")
+    c.stop(None, "aotconv maps a MatMul only as x[N, K] @ constant[K, M] (a dense layer); "
+                 "here A is not [N, K] or B is not a constant matrix")
+
+
+def _flatten(c):
+    x = c.value(0)
+    y = c.g.shapes[c.n.outputs[0]]
+    if tuple(y) != flat_shape(x):
+        what = f"axis {c.attr('axis', 1)}" if c.n.op == "Flatten" else "the new shape"
+        c.stop("axis" if c.n.op == "Flatten" else None,
+               f"{what} turns {list(x)} into {list(y)}: aotconv keeps the batch axis and "
+               f"flattens each item ([N, F]), or leaves the [N, C, H, W] view unchanged")
+    return Mapped({"op": "flatten"}, [c.n.input(0)])
+
+
+def _identity_like(c):
+    c.value(0)
+    n = c.n
+    if n.op == "Dropout":
+        c.stop("training_mode", "is set or not a constant: aotconv builds inference only")
+    if n.op == "Cast":
+        c.stop("to", "converts the type: aotconv computes in float32 only")
+    c.stop(None, "does not pass its input through unchanged")
+
+
+def _pad(c):
+    c.value(0)
+    c.stop(None, "a Pad is imported only merged into the one Conv (zero padding), "
+                 "AveragePool (zero padding) or MaxPool (-inf, or zero on a Relu output) that "
+                 "alone reads it, padding H and W by constant amounts >= 0; this one is not")
+
+
+OPS = {
+    "Conv": _conv, "MaxPool": _pool, "AveragePool": _pool,
+    "GlobalAveragePool": _global_avgpool, "ReduceMean": _reduce_mean,
+    "Relu": _activation("relu"), "Sigmoid": _activation("sigmoid"),
+    "Tanh": _activation("tanh"), "LeakyRelu": _activation("leaky_relu"),
+    "Softmax": _softmax, "LRN": _lrn, "Concat": _concat, "Add": _add, "Sum": _add,
+    "BatchNormalization": _batchnorm, "Gemm": _gemm, "MatMul": _matmul,
+    "Flatten": _flatten, "Reshape": _flatten, "Squeeze": _flatten, "Unsqueeze": _flatten,
+    "Identity": _identity_like, "Dropout": _identity_like, "Cast": _identity_like,
+    "Pad": _pad,
+}
+_WINDOW = {"auto_pad", "kernel_shape", "pads", "strides"}
+KNOWN_ATTRS = {
+    "Conv": _WINDOW | {"dilations", "group"},
+    "MaxPool": _WINDOW | {"ceil_mode", "dilations", "storage_order"},
+    "AveragePool": _WINDOW | {"ceil_mode", "count_include_pad", "dilations"},
+    "GlobalAveragePool": set(), "ReduceMean": {"axes", "keepdims", "noop_with_empty_axes"},
+    "Relu": set(), "Sigmoid": set(), "Tanh": set(), "LeakyRelu": {"alpha"},
+    "Softmax": {"axis"}, "LRN": {"alpha", "beta", "bias", "size"}, "Concat": {"axis"},
+    "Add": set(), "Sum": set(),
+    "BatchNormalization": {"epsilon", "momentum", "training_mode"},
+    "Gemm": {"alpha", "beta", "transA", "transB"}, "MatMul": set(),
+    "Flatten": {"axis"}, "Reshape": {"allowzero"}, "Squeeze": set(), "Unsqueeze": set(),
+    "Identity": set(), "Dropout": {"seed"}, "Cast": {"to", "saturate", "round_mode"},
+    "Pad": {"mode"},
+}

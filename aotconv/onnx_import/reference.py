@@ -1,0 +1,53 @@
+"""onnxruntime as the reference of an imported model: `--check` compares the built library
+with what onnxruntime computes from the original .onnx file on the same input."""
+import numpy as np
+
+from .load import one_line
+from .problems import OnnxError
+from .shapes import embed
+
+
+class OrtReference:
+    """Callable: aotconv input (N, C, H, W) -> [outputs in the network's output order], each
+    float64 in the library's 4-D shape."""
+    name = "onnxruntime"
+
+    def __init__(self, imported):
+        import onnxruntime as ort
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(imported.path, opts,
+                                                providers=["CPUExecutionProvider"])
+        except Exception as e:
+            raise OnnxError(f"onnxruntime cannot load the model: {one_line(e)}",
+                            imported.path) from None
+        self.imported = imported
+
+    def __call__(self, x):
+        im = self.imported
+        x = np.ascontiguousarray(x, np.float32).reshape(im.input_shape)
+        names = [o for o, _, _ in im.outputs]
+        # a model exported for a fixed batch runs a larger --batch in slices of its own
+        fixed = self.session.get_inputs()[0].shape[0]
+        step = fixed if isinstance(fixed, int) and 0 < fixed < len(x) and len(x) % fixed == 0 \
+            else len(x)
+        try:
+            parts = [self.session.run(names, {im.input_name: x[i:i + step]})
+                     for i in range(0, len(x), step)]
+        except Exception as e:
+            raise OnnxError(f"onnxruntime cannot run the model: {one_line(e)}", im.path) from None
+        got = [np.concatenate([p[j] for p in parts]) for j in range(len(names))]
+        refs = [None] * len(im.network.outputs)
+        for (_, shape, i), y in zip(im.outputs, got):
+            refs[i] = np.asarray(y, np.float64).reshape(embed(shape))
+        return refs
+
+
+def onnxruntime_reference(imported):
+    """An OrtReference for `imported`, or None when onnxruntime is not installed."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return None
+    return OrtReference(imported)

@@ -1,0 +1,279 @@
+"""Rewrites of the folded graph into the forms aotconv's ops express, each exact:
+
+- Identity, Dropout at inference, Cast to the same type, single-input Concat/Sum, and
+  Reshape/Flatten/Squeeze/Unsqueeze that leave the 4-D view unchanged are removed;
+- BatchNormalization followed by a per-channel constant Mul/Add takes them into its scale
+  and bias;
+- a constant-zero Pad before a Conv or AveragePool (or before a MaxPool: -inf, or zero on a
+  Relu output) becomes the consumer's padding;
+- MatMul by a constant matrix becomes Gemm; Gemm followed by a constant row Add takes it as
+  its bias; a Flatten/Reshape to [N, F] before a Gemm is dropped (a dense layer flattens
+  its input in C, H, W order itself).
+
+A node these rules do not fit is left as it is, and mapping reports it.
+"""
+import numpy as np
+
+from .ir import DEFAULT_DOMAINS
+from .shapes import embed, flat_shape
+
+RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+
+
+def run(g):
+    remove_identities(g)
+    fold_batchnorm_affine(g)
+    merge_pads(g)
+    gemm_forms(g)
+    remove_identities(g)
+    prune_dead(g)
+    return g
+
+
+def _std(n):
+    return n.domain in DEFAULT_DOMAINS
+
+
+def _single_consumer(g, t):
+    """The one node reading tensor `t`, if exactly one does and `t` is no graph output."""
+    users = g.consumers().get(t, [])
+    if len(users) != 1 or t in g.output_tensors():
+        return None
+    return users[0]
+
+
+def _bypass(g, n, src, out):
+    """Remove node `n`, whose output `out` equals its input `src`. False when `out` is a
+    graph output that would become the graph input itself: the node then stays."""
+    if out in g.output_tensors() and src == g.input:
+        return False
+    g.replace_uses(out, src)
+    g.nodes.remove(n)
+    return True
+
+
+def is_identity(g, n):
+    """True when node `n` passes its first input through unchanged (at inference)."""
+    if not _std(n):
+        return False
+    x, y = n.input(0), (n.outputs[0] if n.outputs else None)
+    if x is None or not y:
+        return False
+    if n.op == "Identity":
+        return True
+    if n.op == "Dropout":
+        training = g.const(n.input(2))
+        if n.input(2) and (training is None or bool(np.asarray(training).any())):
+            return False
+        mask = n.outputs[1] if len(n.outputs) > 1 else ""
+        return not (mask and (mask in g.consumers() or mask in g.output_tensors()))
+    if n.op == "Cast":
+        return g.dtypes.get(x) is not None and n.attr("to") == g.dtypes.get(x) \
+            and n.attr("saturate", 1) == 1
+    if n.op in ("Concat", "Sum"):
+        return len([t for t in n.inputs if t]) == 1
+    if n.op in RESHAPES and not g.is_const(x) and g.view(n, 0) and y in g.shapes:
+        a, b = embed(g.view(n, 0)), embed(g.shapes[y])
+        return a is not None and a == b
+    return False
+
+
+def remove_identities(g):
+    for n in list(g.nodes):
+        if is_identity(g, n) and not g.is_const(n.input(0)):
+            _bypass(g, n, n.input(0), n.outputs[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# BatchNormalization + per-channel Mul/Add
+
+
+def _per_channel(const, shape):
+    """`const` as a vector over the channels of a tensor of `shape` when broadcasting it
+    there scales or shifts each channel by one value; else None."""
+    if const is None or shape is None or const.dtype.kind != "f" or len(shape) < 2:
+        return None
+    r, c = len(shape), shape[1]
+    if const.ndim > r:
+        return None
+    full = (1,) * (r - const.ndim) + const.shape
+    if full[0] != 1 or any(d != 1 for d in full[2:]) or full[1] not in (1, c):
+        return None
+    return np.broadcast_to(const.reshape(-1).astype(np.float64), (c,)).copy()
+
+
+def fold_batchnorm_affine(g):
+    for bn in [n for n in g.nodes if n.op == "BatchNormalization" and _std(n)]:
+        if len([t for t in bn.outputs if t]) != 1 or bn.attr("training_mode", 0):
+            continue
+        if not all(g.is_const(bn.input(i)) for i in range(1, 5)):
+            continue
+        while True:
+            y = bn.outputs[0]
+            nxt = _single_consumer(g, y)
+            if nxt is None or nxt.op not in ("Mul", "Add") or not _std(nxt):
+                break
+            if len(nxt.inputs) != 2 or nxt.inputs.count(y) != 1:
+                break
+            i = nxt.inputs.index(y)
+            seen = g.view(nxt, i)
+            v = _per_channel(g.const(nxt.inputs[1 - i]), seen)
+            if v is None or g.shapes.get(nxt.outputs[0]) != seen:
+                break
+            scale, bias = (np.asarray(g.consts[bn.input(i)], np.float64) for i in (1, 2))
+            if nxt.op == "Mul":
+                scale, bias = scale * v, bias * v
+            else:
+                bias = bias + v
+            for i, a in ((1, scale), (2, bias)):
+                t = f"{bn.name}::{'scale' if i == 1 else 'bias'}"
+                g.consts[t] = a.astype(np.float32)
+                bn.inputs[i] = t
+            bn.outputs[0] = nxt.outputs[0]
+            bn.merged.append(nxt.name)
+            g.nodes.remove(nxt)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pad into the next Conv / pool
+
+
+def _pad_amounts(g, p):
+    """Full [begins..., ends...] pads of Pad node `p` over its input's axes, its constant
+    value and mode; None where they are not constants."""
+    shape = g.view(p, 0)
+    pads = g.const(p.input(1))
+    if shape is None or pads is None:
+        return None
+    r = len(shape)
+    pads = [int(v) for v in np.asarray(pads).reshape(-1)]
+    axes = g.const(p.input(3))
+    if p.input(3) and axes is None:
+        return None
+    axes = (list(range(r)) if axes is None
+            else [int(a) % r for a in np.asarray(axes).reshape(-1)])
+    if len(pads) != 2 * len(axes):
+        return None
+    full = [0] * (2 * r)
+    for i, a in enumerate(axes):
+        full[a], full[r + a] = pads[i], pads[len(axes) + i]
+    value = g.const(p.input(2))
+    if p.input(2) and value is None:
+        return None
+    value = float(np.asarray(value).reshape(-1)[0]) if value is not None and np.size(value) else 0.0
+    return full, value, p.attr("mode", "constant")
+
+
+def merge_pads(g):
+    producers = g.producers()
+    for p in [n for n in g.nodes if n.op == "Pad" and _std(n)]:
+        got = _pad_amounts(g, p)
+        nxt = _single_consumer(g, p.outputs[0])
+        if got is None or nxt is None or nxt.op not in ("Conv", "MaxPool", "AveragePool") \
+                or not _std(nxt) or nxt.input(0) != p.outputs[0]:
+            continue
+        full, value, mode = got
+        r = len(full) // 2
+        if mode != "constant" or full[0] or full[1] or full[r] or full[r + 1] \
+                or any(v < 0 for v in full):
+            continue
+        if nxt.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            continue
+        own = list(nxt.attr("pads", [0] * (2 * (r - 2))))
+        if nxt.op == "Conv" and value != 0.0:
+            continue
+        if nxt.op == "AveragePool":
+            if value != 0.0 or (any(own) and not nxt.attr("count_include_pad", 0)):
+                continue
+            nxt.attrs["count_include_pad"] = 1
+        if nxt.op == "MaxPool":
+            src = producers.get(p.input(0))
+            relu_zero = value == 0.0 and src is not None and src.op == "Relu"
+            if not (value == -np.inf or relu_zero):
+                continue
+        s = r - 2
+        nxt.attrs["pads"] = [own[i] + full[2 + i] for i in range(s)] + \
+                            [own[s + i] + full[r + 2 + i] for i in range(s)]
+        nxt.attrs["auto_pad"] = "NOTSET"
+        nxt.inputs[0] = p.input(0)
+        nxt.merged.append(p.name)
+        g.nodes.remove(p)
+
+
+# ---------------------------------------------------------------------------------------------
+# MatMul / Gemm / bias / flatten
+
+
+def _row_vector(const, n_out):
+    """A constant that broadcasts onto [M, n_out] the same for every row, as [n_out]."""
+    if const is None or const.dtype.kind != "f" or const.ndim > 2:
+        return None
+    full = (1,) * (2 - const.ndim) + const.shape
+    if full[0] != 1 or full[1] not in (1, n_out):
+        return None
+    return np.broadcast_to(const.reshape(-1).astype(np.float64), (n_out,)).copy()
+
+
+def gemm_forms(g):
+    for n in [n for n in g.nodes if n.op == "MatMul" and _std(n)]:
+        a, b = n.input(0), g.const(n.input(1))
+        if b is not None and b.ndim == 2 and len(g.view(n, 0) or ()) == 2 \
+                and not g.is_const(a):
+            n.op, n.attrs = "Gemm", {}
+    for n in [n for n in g.nodes if n.op == "Gemm" and _std(n)]:
+        _absorb_bias(g, n)
+        _skip_flatten(g, n)
+
+
+def _absorb_bias(g, n):
+    while True:
+        y = n.outputs[0]
+        nxt = _single_consumer(g, y)
+        if nxt is None or nxt.op != "Add" or not _std(nxt) or len(nxt.inputs) != 2 \
+                or nxt.inputs.count(y) != 1:
+            return
+        i = nxt.inputs.index(y)
+        shape = g.view(nxt, i)
+        if shape is None or len(shape) != 2 or g.shapes.get(nxt.outputs[0]) != shape:
+            return
+        v = _row_vector(g.const(nxt.inputs[1 - i]), shape[1])
+        c = g.const(n.input(2))
+        if v is None or (n.input(2) and c is None):
+            return
+        old = np.zeros(shape[1]) if c is None else _row_vector(c, shape[1])
+        if old is None:
+            return
+        t = f"{n.name}::bias"
+        g.consts[t] = (float(n.attr("beta", 1.0)) * old + v).astype(np.float32)
+        n.inputs = (n.inputs + ["", ""])[:2] + [t]
+        n.attrs["beta"] = 1.0
+        n.outputs[0] = nxt.outputs[0]
+        n.merged.append(nxt.name)
+        g.nodes.remove(nxt)
+
+
+def _skip_flatten(g, n):
+    a = n.input(0)
+    prod = g.producers().get(a)
+    if prod is None or prod.op not in ("Flatten", "Reshape") or not _std(prod):
+        return
+    x = prod.input(0)
+    if g.is_const(x) or not g.view(prod, 0) or a not in g.shapes:
+        return
+    if g.shapes[a] != flat_shape(g.shapes[x]) or g.view(prod, 0) != g.shapes[x]:
+        return
+    n.inputs[0] = x
+    n.merged.append(prod.name)
+    if not g.consumers().get(a) and a not in g.output_tensors():
+        g.nodes.remove(prod)
+
+
+def prune_dead(g):
+    """Drop nodes none of whose outputs reach a graph output (unused branches)."""
+    live = set(g.output_tensors())
+    keep = []
+    for n in reversed(g.nodes):
+        if any(t in live for t in n.outputs if t):
+            keep.append(n)
+            live.update(t for t in n.inputs if t)
+    g.nodes = keep[::-1]
