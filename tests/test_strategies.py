@@ -2,7 +2,7 @@
 
 tests/data/pocl_conv_tiled.jsonl: every candidate of conv_tiled (plus the conv_direct fallback)
 for VGG conv3_2 shrunk by 8, measured on PoCL by
-`python -m aotconv.tune.study --target pocl-cpu --scale 8 --layers vgg.conv3_2
+`python -m aotconv.bench.study --target pocl-cpu --scale 8 --layers vgg.conv3_2
  --variants conv_tiled`.
 """
 from pathlib import Path
