@@ -6,7 +6,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pocl-opencl-icd ocl-icd-opencl-dev opencl-headers ninja-build gcc pkg-config
 NET     ?= lenet5
 
-.PHONY: deps demo test bench-cpu bench-gpu gpu-carry clean
+.PHONY: deps demo test test-onnx bench-cpu bench-gpu gpu-carry clean
 
 # System packages (PoCL = the CPU OpenCL device, the ICD loader and headers) and a virtualenv
 # with the Python dependencies; each step is skipped when already done.
@@ -28,6 +28,11 @@ demo: deps
 
 test: deps
 	$(BIN)/python -m pytest -q -x
+
+# every ONNX node conformance case aotconv's importer could take (make test runs a subset;
+# docs/onnx.md has the table: python tests/onnx_backend/conformance.py prints it)
+test-onnx: deps
+	AOTCONV_ONNX_CONFORMANCE=all $(BIN)/python -m pytest -q -rs tests/onnx_backend
 
 # The benchmark on this machine's CPU device against PyTorch CPU (pip install torch==2.13.0)
 bench-cpu: deps
