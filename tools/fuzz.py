@@ -1,0 +1,173 @@
+"""Fuzz aotconv's readers of user input with hypothesis (`make fuzz`).
+
+    .venv/bin/python tools/fuzz.py                    # every target, ~110,000 inputs, 2 jobs
+    .venv/bin/python tools/fuzz.py --targets netyaml,weights --scale 0.1
+    .venv/bin/python tools/fuzz.py --replay build/fuzz/netyaml-1.pickle
+
+The targets and the oracle are in tests/fuzz/fuzz_targets.py: every input either loads or
+raises an AotconvError whose message is one non-empty line. Each distinct failure (kind of
+failure and place in aotconv) is shrunk by hypothesis to a small input, written to --out as a
+reproducer, and listed at the end with the last line of its traceback; the exit status is 1
+when anything failed. --replay runs one reproducer again and prints its traceback.
+"""
+import argparse
+import json
+import os
+from pathlib import Path
+import resource
+import sys
+import time
+import traceback
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+
+# inputs per target in one `make fuzz` (scaled by --scale): measured on 2 cores at about
+# 20 minutes of work in all, the slow targets (records, the C library, emit) given fewer
+COUNTS = {
+    "netyaml": 26_000,
+    "netyaml_raw": 26_000,
+    "netdict": 26_000,
+    "weights": 16_000,
+    "params_bin": 8_000,
+    "paths": 3_000,
+    "records": 5_000,
+    "params_c": 2_000,
+    "emit": 150,
+}
+MEMORY_LIMIT_GB = 8       # per job: an input that wants more fails with MemoryError
+
+
+def run_targets(names, args, out):
+    """Run `names` one after another in this process; [summary dict] per target."""
+    import fuzz_targets as ft
+    _limit_memory()
+    results = []
+    for i, name in enumerate(names):
+        t = ft.TARGETS[name]
+        why = ft.available(t)
+        if why:
+            print(f"  {name}: skipped ({why})", flush=True)
+            results.append(dict(target=name, inputs=0, seconds=0.0, skipped=why, failures=[]))
+            continue
+        n = max(1, int(COUNTS[name] * args.scale)) if args.inputs is None else args.inputs
+        stats = ft.run(t, n, seed=args.seed + 7919 * list(ft.TARGETS).index(name))
+        fails = []
+        for j, f in enumerate(stats.found, 1):
+            stem = out / f"{name}-{j}"
+            path = t.save(f.input, stem)
+            (out / f"{name}-{j}.txt").write_text(
+                f"target {name}: {f.sig[0]} at {f.sig[1]}\n{f.error}\n\ninput: "
+                f"{ft.describe(f, 2000)}\n\n{f.traceback}")
+            fails.append(dict(kind=f.sig[0], site=f.sig[1], error=f.error, hits=f.hits,
+                              flaky=f.flaky, reproducer=str(path), input=ft.describe(f)))
+        print(f"  {name}: {stats.inputs} inputs, {stats.seconds:.0f} s, {len(fails)} failures",
+              flush=True)
+        results.append(dict(target=name, inputs=stats.inputs, seconds=stats.seconds,
+                            failures=fails))
+    return results
+
+
+def _limit_memory():
+    gb = MEMORY_LIMIT_GB * 1024 ** 3
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft > gb:
+        resource.setrlimit(resource.RLIMIT_AS, (gb, hard))
+
+
+def _worker(job):
+    names, args, out = job
+    try:
+        return run_targets(names, args, out)
+    except BaseException:
+        traceback.print_exc()
+        raise
+
+
+def split_jobs(names, jobs, scale):
+    """Targets dealt to `jobs` lists of about equal work (estimated from COUNTS and the
+    seconds per input measured for each target)."""
+    per_input = {"netyaml": 12e-3, "netyaml_raw": 8e-3, "netdict": 8e-3, "weights": 8e-3,
+                 "params_bin": 5e-3, "paths": 6e-3, "records": 30e-3, "params_c": 25e-3,
+                 "emit": 0.6}
+    lists = [[] for _ in range(jobs)]
+    load = [0.0] * jobs
+    for n in sorted(names, key=lambda n: -COUNTS[n] * per_input[n]):
+        k = load.index(min(load))
+        lists[k].append(n)
+        load[k] += COUNTS[n] * per_input[n] * scale
+    return [l for l in lists if l]
+
+
+def replay(path):
+    import fuzz_targets as ft
+    name = Path(path).name.split("-")[0]
+    t = ft.TARGETS.get(name)
+    if t is None:
+        sys.exit(f"{path}: the file name must start with a target name "
+                 f"({', '.join(ft.TARGETS)}) and '-'")
+    e = ft.replay(t, path)
+    if e is None:
+        print(f"{path}: passes the {name} oracle now")
+        return 0
+    traceback.print_exception(type(e), e, e.__traceback__)
+    print(f"\n{path}: {ft.signature(e)}")
+    return 1
+
+
+def main(argv=None):
+    import fuzz_targets as ft
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--targets", help=f"comma-separated, of: {', '.join(ft.TARGETS)}")
+    p.add_argument("--scale", type=float, default=1.0, help="multiplies every target's count")
+    p.add_argument("--inputs", type=int, help="inputs per target (instead of the counts)")
+    p.add_argument("--seed", type=int, help="default: from the clock (printed)")
+    p.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
+    p.add_argument("--out", default=str(ROOT / "build" / "fuzz"),
+                   help="reproducers and summary.json (default build/fuzz)")
+    p.add_argument("--replay", metavar="FILE", help="run one reproducer again")
+    args = p.parse_args(argv)
+    if args.replay:
+        return replay(args.replay)
+    names = args.targets.split(",") if args.targets else list(ft.TARGETS)
+    unknown = [n for n in names if n not in ft.TARGETS]
+    if unknown:
+        p.error(f"unknown target(s) {', '.join(unknown)}; targets: {', '.join(ft.TARGETS)}")
+    if args.seed is None:
+        args.seed = int(time.time()) % 100_000
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*-*.*"):
+        old.unlink()
+    jobs = split_jobs(names, max(1, args.jobs), args.scale)
+    print(f"aotconv fuzz: seed {args.seed}, {len(names)} targets in {len(jobs)} job(s), "
+          f"reproducers in {out}", flush=True)
+    t0 = time.monotonic()
+    if len(jobs) == 1:
+        results = run_targets(jobs[0], args, out)
+    else:
+        import multiprocessing as mp
+        with mp.get_context("fork").Pool(len(jobs)) as pool:
+            results = [r for rs in pool.map(_worker, [(j, args, out) for j in jobs]) for r in rs]
+    wall = time.monotonic() - t0
+    results.sort(key=lambda r: names.index(r["target"]))
+    (out / "summary.json").write_text(json.dumps(dict(seed=args.seed, wall_s=wall,
+                                                      results=results), indent=1) + "\n")
+    print(f"\n{'target':14s} {'inputs':>8s} {'seconds':>8s} {'failures':>8s}")
+    for r in results:
+        extra = f"  (skipped: {r['skipped']})" if r.get("skipped") else ""
+        print(f"{r['target']:14s} {r['inputs']:8d} {r['seconds']:8.0f} "
+              f"{len(r['failures']):8d}{extra}")
+    total = sum(r["inputs"] for r in results)
+    nfail = sum(len(r["failures"]) for r in results)
+    print(f"{'total':14s} {total:8d} {wall:8.0f} {nfail:8d}   (wall seconds, seed {args.seed})")
+    for r in results:
+        for f in r["failures"]:
+            print(f"\nFAIL {r['target']}: {f['kind']} at {f['site']} ({f['hits']} inputs"
+                  f"{', flaky' if f['flaky'] else ''})\n  {f['error']}\n  input: {f['input']}"
+                  f"\n  replay: .venv/bin/python tools/fuzz.py --replay {f['reproducer']}")
+    return 1 if nfail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
