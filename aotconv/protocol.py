@@ -14,12 +14,12 @@ bench` (our kernels and the reference libraries beside them) and tools/kernel_pr
 - Copies: as many sets of the buffers as spill the last-level cache twice, at most
   MAX_COPIES and 1/8 of the device memory (`copies`); launch i runs on copy i % copies, so
   a repeat is not served from a cache the previous one warmed.
-- Timing: one run's time is the estimate the repeat counts are planned with; warm-up
-  launches, then the timed repeats; the median is the figure.
+- Timing: one run's time (the checked run's, or `estimate_ms`'s) is what the repeat counts
+  are planned with; warm-up launches, then the timed repeats; the median is the figure.
 
-What is measured is a *subject*: anything with
-`copies`, `poison()`, `run(i)` (enqueue on copy i, untimed), `timed(i)` (enqueue on copy i,
-returning a handle), `finish()`, `ms(handle)` and `output()` (the logical output of copy 0).
+What is measured is a *subject*: anything with `copies`, `poison()`, `run(i)` (enqueue on
+copy i, untimed), `timed(i)` (enqueue on copy i, returning a handle), `finish()`,
+`ms(handle)` and `output()` (the logical output of copy 0).
 `Kernel` is ours (LayerRuns through pyopencl); aotconv.bench.refs wraps PyTorch and CLBlast
 the same way. How many warm-ups and repeats is the caller's policy (`counts` for the bench,
 `repeats_for_total` for the tuner); the rest is here.
@@ -67,10 +67,11 @@ class Reference:
         self.params = params
         self.skipped = None
         self._expected = None
-        cost = flops(layer) * self.images / n / 1e9
-        if max_gflop is not None and cost > max_gflop:
-            self.skipped = (f"the float64 reference of {self.images} image(s) is {cost:.0f} "
-                            f"GFLOP (> --verify-max-gflop {max_gflop:g})")
+        if max_gflop is not None:
+            cost = flops(layer) * self.images / n / 1e9
+            if cost > max_gflop:
+                self.skipped = (f"the float64 reference of {self.images} image(s) is "
+                                f"{cost:.0f} GFLOP (> --verify-max-gflop {max_gflop:g})")
 
     def expected(self):
         if self._expected is None:
