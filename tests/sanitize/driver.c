@@ -1,0 +1,334 @@
+/* Drives every call of an emitted aotconv library, and every error path, under ASan and UBSan.
+ *
+ * Built by tests/sanitize/run.sh together with the library's own sources (<net>.c and the
+ * runtime's .c files, compiled with the sanitizers) for the network NET (-DNET=san -DNETU=SAN
+ * -DNET_HEADER='"san.h"'). Arguments: the build directory, the input and the expected output
+ * (raw float32, from the numpy reference); NET_NAME is the name as a string. Every return code is checked against the documented
+ * one and every message must be one non-empty line that says what went wrong; the outputs
+ * must match the reference. Prints one line per check; exits 1 if any check failed.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include NET_HEADER
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CAT2(a, b) a##b
+#define XCAT2(a, b) CAT2(a, b)
+#define CAT4(a, b, c, d) a##b##c##d
+#define XCAT4(a, b, c, d) CAT4(a, b, c, d)
+#define FN(x) XCAT4(aotconv_, NET, _, x)
+#define MACRO(x) XCAT4(AOTCONV_, NETU, _, x)
+
+typedef XCAT2(aotconv_, NET) net_t;
+typedef FN(options) options_t;
+
+enum {
+    OK = MACRO(OK), E_ARG = MACRO(ERR_ARGUMENT), E_DEV = MACRO(ERR_NO_DEVICE),
+    E_IO = MACRO(ERR_IO), E_STATE = MACRO(ERR_STATE)
+};
+static const size_t NIN = MACRO(INPUT_COUNT), NOUT = MACRO(OUTPUT_COUNT),
+                    NPAR = MACRO(PARAM_COUNT), NKER = MACRO(KERNEL_COUNT);
+
+static int checks, failed;
+
+static void result(int ok, const char *what, const char *why)
+{
+    ++checks;
+    if (!ok)
+        ++failed;
+    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok ? "" : ": ", ok ? "" : why);
+    fflush(stdout);
+}
+
+/* A message must exist, be one line, fit the documented buffer and contain `needle`. */
+static int message_ok(const char *msg, const char *needle, char *why, size_t n)
+{
+    if (!msg)
+        return snprintf(why, n, "last_error returned NULL"), 0;
+    if (!*msg)
+        return snprintf(why, n, "empty message"), 0;
+    if (strchr(msg, '\n') || strchr(msg, '\r'))
+        return snprintf(why, n, "multi-line message: %.300s", msg), 0;
+    if (strlen(msg) >= 2048)
+        return snprintf(why, n, "message of %zu characters", strlen(msg)), 0;
+    if (needle && !strstr(msg, needle))
+        return snprintf(why, n, "message does not mention '%s': %.300s", needle, msg), 0;
+    return 1;
+}
+
+/* rc must be `want`; on an error the message of `net` (or of the thread, net NULL) must be
+ * one line mentioning `needle`; the thread's message must be the same one. */
+static void expect(const char *what, int rc, int want, net_t *net, const char *needle)
+{
+    char why[512] = "";
+    int ok = rc == want;
+    if (!ok)
+        snprintf(why, sizeof why, "returned %d, expected %d (%.300s)", rc, want,
+                 FN(last_error)(net) ? FN(last_error)(net) : "NULL");
+    if (ok && want != OK) {
+        ok = message_ok(FN(last_error)(net), needle, why, sizeof why);
+        if (ok && net && strcmp(FN(last_error)(net), FN(last_error)(NULL)) != 0) {
+            ok = 0;
+            snprintf(why, sizeof why, "last_error(NULL) is not the latest message: %.200s",
+                     FN(last_error)(NULL));
+        }
+    }
+    result(ok, what, why);
+}
+
+static float *read_floats(const char *path, size_t count)
+{
+    float *buf = malloc(count * sizeof *buf + 1);
+    FILE *f = fopen(path, "rb");
+    if (!buf || !f || fread(buf, sizeof *buf, count, f) != count) {
+        fprintf(stderr, "cannot read %zu floats from %s\n", count, path);
+        exit(2);
+    }
+    fclose(f);
+    return buf;
+}
+
+static void write_file(const char *path, const void *data, size_t bytes)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || (bytes && fwrite(data, 1, bytes, f) != bytes)) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(2);
+    }
+    fclose(f);
+}
+
+/* max |got - want| / max(1, |want|): the tolerance the Python checks use */
+static void expect_close(const char *what, const float *got, const float *want, size_t n)
+{
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; ++i) {
+        double e = fabs((double)got[i] - want[i]) / fmax(1.0, fabs((double)want[i]));
+        if (!(e <= worst)) {
+            worst = e;
+            at = i;
+        }
+    }
+    char why[200];
+    snprintf(why, sizeof why, "error %.3g at %zu (got %g, want %g)", worst, at, got[at], want[at]);
+    result(worst <= 1e-3, what, why);
+}
+
+static void *create_fails_in_a_thread(void *arg)
+{
+    net_t *net = NULL;
+    int *rc = arg;
+    *rc = FN(create)(NULL, NULL);
+    (void)net;
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s BUILD_DIR INPUT.bin EXPECTED.bin\n", argv[0]);
+        return 2;
+    }
+    alarm(240);   /* a hang fails the job instead of stopping it */
+    const char *dir = argv[1];
+    float *x = read_floats(argv[2], NIN), *want = read_floats(argv[3], NOUT);
+    float *y = calloc(NOUT, sizeof *y), *y2 = calloc(NOUT, sizeof *y2);
+    double *ms = calloc(NKER + 1, sizeof *ms);
+    char params[4096], path[8192];
+    snprintf(params, sizeof params, "%s/%s.params.bin", dir, NET_NAME);
+    float *p = read_floats(params, NPAR);
+    net_t *net = NULL, *net2 = NULL;
+
+    /* names of the kernels, in and out of range */
+    int names_ok = 1;
+    for (size_t i = 0; i < NKER; ++i)
+        names_ok &= FN(kernel_name)(i) != NULL && strchr(FN(kernel_name)(i), '/') != NULL;
+    result(names_ok, "kernel_name(i) for every kernel is 'layer/kernel'", "a NULL or odd name");
+    result(FN(kernel_name)(NKER) == NULL && FN(kernel_name)(SIZE_MAX) == NULL,
+           "kernel_name out of range is NULL", "not NULL");
+
+    /* NULL-safe calls before any handle exists */
+    result(FN(last_error)(NULL) != NULL, "last_error(NULL) before any call", "NULL");
+    FN(destroy)(NULL);
+    result(1, "destroy(NULL)", "");
+
+    /* create: NULL out, devices that do not exist (options and AOTCONV_DEVICE) */
+    expect("create(NULL, NULL)", FN(create)(NULL, NULL), E_ARG, NULL, "NULL");
+    options_t o = {-1, -1, "no-such-device-xyz", 1};
+    net = (net_t *)&o;   /* create must clear it on failure */
+    expect("create with options.device_name of no device", FN(create)(&net, &o), E_DEV, NULL,
+           "no-such-device-xyz");
+    result(net == NULL, "a failed create sets *out to NULL", "left the old pointer");
+    setenv("AOTCONV_DEVICE", "bogus-env-device", 1);
+    expect("create with AOTCONV_DEVICE of no device", FN(create)(&net, NULL), E_DEV, NULL,
+           "AOTCONV_DEVICE");
+    setenv("AOTCONV_DEVICE", "", 1);
+    expect("create with AOTCONV_DEVICE empty (means unset)", FN(create)(&net, NULL), OK, net,
+           NULL);
+    FN(destroy)(net);
+    net = NULL;
+    unsetenv("AOTCONV_DEVICE");
+    options_t bad_platform = {99, -1, NULL, 1}, bad_device = {-1, 99, NULL, 1};
+    expect("create with options.platform_index 99", FN(create)(&net, &bad_platform), E_DEV, NULL,
+           NULL);
+    expect("create with options.device_index 99", FN(create)(&net, &bad_device), E_DEV, NULL,
+           NULL);
+    static char long_name[6000];
+    memset(long_name, 'd', sizeof long_name - 1);
+    options_t long_opt = {-1, -1, long_name, 1};
+    expect("create with a 6000-character device name", FN(create)(&net, &long_opt), E_DEV, NULL,
+           NULL);
+    options_t fmt_opt = {-1, -1, "%s%n%x%p%%", 1};
+    expect("create with printf directives in the device name", FN(create)(&net, &fmt_opt), E_DEV,
+           NULL, "%s%n%x%p%%");
+    options_t star_opt = {-1, -1, ".*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*"
+                                  ".*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*"
+                                  ".*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*!",
+                          1};
+    expect("create with a device name of many '.*' (no backtracking blow-up)",
+           FN(create)(&net, &star_opt), E_DEV, NULL, NULL);
+    options_t nl_opt = {-1, -1, "line one\nline two", 1};
+    expect("create with a newline in the device name: one-line message",
+           FN(create)(&net, &nl_opt), E_DEV, NULL, NULL);
+    int thread_rc = 0;
+    pthread_t th;
+    char before[2048];
+    snprintf(before, sizeof before, "%s", FN(last_error)(NULL));
+    pthread_create(&th, NULL, create_fails_in_a_thread, &thread_rc);
+    pthread_join(th, NULL);
+    result(thread_rc == E_ARG && strcmp(before, FN(last_error)(NULL)) == 0,
+           "a create failing in another thread leaves this thread's last_error",
+           "the message changed");
+
+    /* a working handle: everything that needs parameters first */
+    options_t good = {-1, -1, NULL, 1};
+    expect("create", FN(create)(&net, &good), OK, net, NULL);
+    if (!net) {
+        printf("%d checks, %d failed (no handle: the rest skipped)\n", checks, failed + 1);
+        return 1;
+    }
+    expect("run before parameters", FN(run)(net, x, NIN, y, NOUT), E_STATE, net, NULL);
+    expect("profile before a run", FN(profile)(net, ms, NKER), E_STATE, net, NULL);
+
+    /* set_params */
+    expect("set_params(NULL handle)", FN(set_params)(NULL, p, NPAR), E_ARG, NULL, "NULL");
+    expect("set_params(NULL params)", FN(set_params)(net, NULL, NPAR), E_ARG, net, "NULL");
+    expect("set_params(count - 1)", FN(set_params)(net, p, NPAR - 1), E_ARG, net, NULL);
+    expect("set_params(count + 1)", FN(set_params)(net, p, NPAR + 1), E_ARG, net, NULL);
+    expect("set_params(0)", FN(set_params)(net, p, 0), E_ARG, net, NULL);
+    expect("set_params(SIZE_MAX)", FN(set_params)(net, p, SIZE_MAX), E_ARG, net, NULL);
+
+    /* load_params: missing, short, long, empty, a directory, a huge path, a newline */
+    expect("load_params(NULL handle)", FN(load_params)(NULL, params), E_ARG, NULL, "NULL");
+    expect("load_params(NULL path)", FN(load_params)(net, NULL), E_ARG, net, "NULL");
+    snprintf(path, sizeof path, "%s/no-such-file.bin", dir);
+    expect("load_params of a missing file", FN(load_params)(net, path), E_IO, net,
+           "no-such-file.bin");
+    snprintf(path, sizeof path, "%s/short.bin", dir);
+    write_file(path, p, (NPAR - 1) * sizeof(float));
+    expect("load_params of a file one float short", FN(load_params)(net, path), E_IO, net,
+           "short.bin");
+    snprintf(path, sizeof path, "%s/odd.bin", dir);
+    write_file(path, p, NPAR * sizeof(float) - 2);
+    expect("load_params of a file 2 bytes short", FN(load_params)(net, path), E_IO, net, NULL);
+    float *longer = calloc(NPAR + 1, sizeof *longer);
+    memcpy(longer, p, NPAR * sizeof *p);
+    snprintf(path, sizeof path, "%s/long.bin", dir);
+    write_file(path, longer, (NPAR + 1) * sizeof(float));
+    expect("load_params of a file one float long", FN(load_params)(net, path), E_IO, net, NULL);
+    snprintf(path, sizeof path, "%s/byte.bin", dir);
+    write_file(path, longer, NPAR * sizeof(float) + 1);
+    expect("load_params of a file one byte long", FN(load_params)(net, path), E_IO, net, NULL);
+    snprintf(path, sizeof path, "%s/empty.bin", dir);
+    write_file(path, p, 0);
+    expect("load_params of an empty file", FN(load_params)(net, path), E_IO, net, NULL);
+    snprintf(path, sizeof path, "%s/a-directory.bin", dir);
+    mkdir(path, 0755);
+    expect("load_params of a directory", FN(load_params)(net, path), E_IO, net, NULL);
+    memset(path, 'p', 5000);
+    path[0] = '/';
+    path[5000] = '\0';
+    expect("load_params of a 5000-character path", FN(load_params)(net, path), E_IO, net, NULL);
+    snprintf(path, sizeof path, "%s/new\nline.bin", dir);
+    expect("load_params of a path with a newline: one-line message",
+           FN(load_params)(net, path), E_IO, net, NULL);
+    expect("run after failed loads is still refused", FN(run)(net, x, NIN, y, NOUT), E_STATE,
+           net, NULL);
+    expect("load_params", FN(load_params)(net, params), OK, net, NULL);
+
+    /* run */
+    expect("run(NULL handle)", FN(run)(NULL, x, NIN, y, NOUT), E_ARG, NULL, "NULL");
+    expect("run(NULL input)", FN(run)(net, NULL, NIN, y, NOUT), E_ARG, net, "input");
+    expect("run(NULL output)", FN(run)(net, x, NIN, NULL, NOUT), E_ARG, net, "output");
+    expect("run(input count - 1)", FN(run)(net, x, NIN - 1, y, NOUT), E_ARG, net, NULL);
+    expect("run(input count + 1)", FN(run)(net, x, NIN + 1, y, NOUT), E_ARG, net, NULL);
+    expect("run(input count SIZE_MAX)", FN(run)(net, x, SIZE_MAX, y, NOUT), E_ARG, net, NULL);
+    expect("run(output count - 1)", FN(run)(net, x, NIN, y, NOUT - 1), E_ARG, net, NULL);
+    expect("run(output count 0)", FN(run)(net, x, NIN, y, 0), E_ARG, net, NULL);
+    expect("profile before a completed run", FN(profile)(net, ms, NKER), E_STATE, net, NULL);
+    expect("run", FN(run)(net, x, NIN, y, NOUT), OK, net, NULL);
+    expect_close("run matches the numpy reference", y, want, NOUT);
+    expect("run again", FN(run)(net, x, NIN, y2, NOUT), OK, net, NULL);
+    result(memcmp(y, y2, NOUT * sizeof *y) == 0, "two runs give the same output", "differ");
+
+    /* profile */
+    expect("profile(NULL handle)", FN(profile)(NULL, ms, NKER), E_ARG, NULL, "NULL");
+    expect("profile(NULL times)", FN(profile)(net, NULL, NKER), E_ARG, net, NULL);
+    expect("profile(count + 1)", FN(profile)(net, ms, NKER + 1), E_ARG, net, NULL);
+    expect("profile(0)", FN(profile)(net, ms, 0), E_ARG, net, NULL);
+    expect("profile", FN(profile)(net, ms, NKER), OK, net, NULL);
+    int times_ok = 1;
+    for (size_t i = 0; i < NKER; ++i)
+        times_ok &= isfinite(ms[i]) && ms[i] >= 0;
+    result(times_ok, "profile times are finite and >= 0", "a negative or non-finite time");
+
+    /* host_buffers */
+    float *hin = NULL, *hout = NULL, *hin2 = NULL, *hout2 = NULL;
+    expect("host_buffers(NULL handle)", FN(host_buffers)(NULL, &hin, &hout), E_ARG, NULL, "NULL");
+    expect("host_buffers(NULL, NULL)", FN(host_buffers)(net, NULL, NULL), E_ARG, net, NULL);
+    expect("host_buffers(input only)", FN(host_buffers)(net, &hin, NULL), OK, net, NULL);
+    expect("host_buffers(output only)", FN(host_buffers)(net, NULL, &hout), OK, net, NULL);
+    expect("host_buffers(both)", FN(host_buffers)(net, &hin2, &hout2), OK, net, NULL);
+    result(hin && hout && hin == hin2 && hout == hout2, "host_buffers gives the same pointers",
+           "different pointers");
+    if (hin && hout) {
+        memcpy(hin, x, NIN * sizeof *x);
+        memset(hout, 0, NOUT * sizeof *hout);
+        expect("run from the host buffers", FN(run)(net, hin, NIN, hout, NOUT), OK, net, NULL);
+        expect_close("run from the host buffers matches the reference", hout, want, NOUT);
+    }
+
+    /* set_params with the same floats gives the same output */
+    expect("set_params", FN(set_params)(net, p, NPAR), OK, net, NULL);
+    expect("run after set_params", FN(run)(net, x, NIN, y2, NOUT), OK, net, NULL);
+    result(memcmp(y, y2, NOUT * sizeof *y) == 0, "set_params and load_params give the same output",
+           "differ");
+
+    /* a second handle, profiling off, used and destroyed while the first lives */
+    options_t quiet = {-1, -1, NULL, 0};
+    expect("create a second handle, profiling off", FN(create)(&net2, &quiet), OK, net2, NULL);
+    if (net2) {
+        expect("second handle: set_params", FN(set_params)(net2, p, NPAR), OK, net2, NULL);
+        expect("second handle: run", FN(run)(net2, x, NIN, y2, NOUT), OK, net2, NULL);
+        result(memcmp(y, y2, NOUT * sizeof *y) == 0, "second handle: same output", "differ");
+        expect("second handle: profile with profiling off", FN(profile)(net2, ms, NKER), E_STATE,
+               net2, NULL);
+        FN(destroy)(net2);
+    }
+    expect("first handle still runs", FN(run)(net, x, NIN, y2, NOUT), OK, net, NULL);
+    result(memcmp(y, y2, NOUT * sizeof *y) == 0, "first handle: same output", "differ");
+    FN(destroy)(net);
+    result(1, "destroy", "");
+
+    free(x), free(want), free(y), free(y2), free(ms), free(p), free(longer);
+    printf("%d checks, %d failed\n", checks, failed);
+    return failed ? 1 : 0;
+}
