@@ -63,10 +63,14 @@ def resolve(source):
 
 
 def load_network(source, batch=None):
-    """The validated Network described by a net.yaml path or a shipped network's name.
+    """The validated Network described by a net.yaml path or a shipped network's name (or
+    an .onnx model, through aotconv.onnx_import: docs/onnx.md).
 
     `batch`, when given, replaces the batch size input[0] (the `--batch N` option).
     """
+    if Path(str(source)).suffix.lower() == ".onnx":
+        from .onnx_import import import_model
+        return import_model(source, batch=batch).network
     path = resolve(source)
     file = str(path)
     try:

@@ -613,3 +613,13 @@ def test_model_from_a_newer_domain_op_is_rejected(tmp_path):
     path = save(m, tmp_path / "m.onnx")
     with pytest.raises(OnnxError):
         import_model(path)
+
+
+def test_every_command_that_reads_a_network_reads_an_onnx_model(tmp_path):
+    # spec.load_network is what tune, space and build --weights read a network with
+    from aotconv import spec
+    m = model([node("Conv", ["x", "w"], ["c"], name="/c/Conv"), node("Relu", ["c"])],
+              ["N", 2, 5, 5], inits={"w": rand(3, 2, 3, 3)})
+    path = save(m, tmp_path / "m.onnx")
+    net = spec.load_network(path, batch=4)
+    assert net.input_shape == (4, 2, 5, 5) and [l.name for l in net.layers] == ["c.Conv", "Relu_1"]
