@@ -242,3 +242,20 @@ def test_clblast_is_poisoned_and_checked_like_ours():
     conv.poison()
     assert np.isnan(conv.output()).all()
     assert len(protocol.time_repeats(conv, 1, 3)) == 3
+
+
+@pytest.mark.skipif(not pocl(), reason="no PoCL device")
+def test_a_program_is_loaded_from_its_binary_else_built_from_the_source():
+    """The tuner's runner gets binaries from its builder processes (on a GPU): a binary the
+    driver takes is used as it is, one it refuses falls back to the source."""
+    from aotconv.bench.device import Device
+    from aotconv.errors import KernelBuildError
+    dev = Device(POCL)
+    src = "__kernel void k(__global float* y) { y[get_global_id(0)] = 2.0f; }"
+    opts = ["-cl-mad-enable"]
+    binary = bytes(protocol.build(dev.ctx, dev.device, src, opts).binaries[0])
+    assert protocol.build(dev.ctx, dev.device, "not OpenCL", opts, binary=binary).k
+    assert protocol.build(dev.ctx, dev.device, src, opts, binary=b"not a binary").k
+    with pytest.raises(KernelBuildError):
+        protocol.build(dev.ctx, dev.device, "not OpenCL", opts, binary=b"not a binary",
+                       name="nonsense")
