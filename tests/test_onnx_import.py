@@ -623,3 +623,24 @@ def test_every_command_that_reads_a_network_reads_an_onnx_model(tmp_path):
     path = save(m, tmp_path / "m.onnx")
     net = spec.load_network(path, batch=4)
     assert net.input_shape == (4, 2, 5, 5) and [l.name for l in net.layers] == ["c.Conv", "Relu_1"]
+
+
+def test_same_padding_that_would_be_negative_is_rejected(tmp_path):
+    # stride 3 over a 1-wide window: the specification's SAME total is -1 (onnxruntime
+    # refuses it); aotconv does not guess a meaning
+    m = model([node("MaxPool", ["x"], kernel_shape=[1, 1], strides=[3, 3],
+                    auto_pad="SAME_UPPER", name="p")], [1, 2, 5, 5])
+    p = rejected(tmp_path, m).problems[0]
+    assert (p.node, p.attr) == ("p", "auto_pad") and "negative padding" in p.message
+
+
+def test_check_falls_back_to_numpy_where_onnxruntime_lacks_the_op(tmp_path, capsys):
+    # onnxruntime implements LRN for 4-D tensors only; ONNX and aotconv take [N, C, L] too
+    from aotconv.onnx_import.reference import OrtReference
+    m = model([node("LRN", ["x"], size=3)], [2, 5, 7])
+    im = imp(tmp_path, m, check=False)
+    ref = OrtReference(im)
+    x = np.ones(im.network.input_shape, np.float32)
+    y = ref(x)
+    assert ref.name == "numpy" and "onnxruntime cannot run the model" in capsys.readouterr().err
+    assert y[0].shape == (2, 5, 7, 1)

@@ -138,9 +138,10 @@ def map_node(n, g):
 
 
 def _same_pads(size, k, s, d, lower):
-    """ONNX SAME_UPPER / SAME_LOWER padding of one axis: (begin, end)."""
+    """ONNX SAME_UPPER / SAME_LOWER padding of one axis: (begin, end). The specification's
+    total can come out negative (a stride longer than the window): both are then negative."""
     out = -(-size // s)
-    total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+    total = (out - 1) * s + (k - 1) * d + 1 - size
     small = total // 2
     return (total - small, small) if lower else (small, total - small)
 
@@ -168,7 +169,9 @@ def _window(c, x_shape, kernel, has_dilation=True):
     else:
         c.stop("auto_pad", f"unknown value {auto!r}")
     if any(p < 0 for p in begins + ends):
-        c.stop("pads", f"negative pads {begins + ends}: aotconv pads, never crops")
+        what = "auto_pad" if auto in ("SAME_UPPER", "SAME_LOWER") else "pads"
+        c.stop(what, f"gives negative padding {begins + ends} (a stride longer than the "
+                     f"window): aotconv pads, never crops, and onnxruntime refuses it too")
     pad1 = [1] * (2 - s)
     return (kernel + pad1, stride + pad1, dil + pad1, begins + [0] * (2 - s),
             ends + [0] * (2 - s))
