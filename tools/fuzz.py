@@ -35,37 +35,46 @@ COUNTS = {
     "params_c": 2_000,
     "emit": 150,
 }
-MEMORY_LIMIT_GB = 8       # per job: an input that wants more fails with MemoryError
+# seconds per input on one unloaded core (generation, check and shrinking), for the order
+PER_INPUT_S = {"netyaml": 12e-3, "netyaml_raw": 8e-3, "netdict": 8e-3, "weights": 8e-3,
+               "params_bin": 5e-3, "paths": 6e-3, "records": 30e-3, "params_c": 25e-3,
+               "emit": 0.6}
+MEMORY_LIMIT_GB = 8       # per process: an input that wants more fails with MemoryError
 
 
-def run_targets(names, args, out):
-    """Run `names` one after another in this process; [summary dict] per target."""
+def run_target(name, args, out):
+    """Run one target in this process; its summary dict (also written to <out>/<name>.json)."""
     import fuzz_targets as ft
     _limit_memory()
-    results = []
-    for i, name in enumerate(names):
-        t = ft.TARGETS[name]
-        why = ft.available(t)
-        if why:
-            print(f"  {name}: skipped ({why})", flush=True)
-            results.append(dict(target=name, inputs=0, seconds=0.0, skipped=why, failures=[]))
-            continue
-        n = max(1, int(COUNTS[name] * args.scale)) if args.inputs is None else args.inputs
-        stats = ft.run(t, n, seed=args.seed + 7919 * list(ft.TARGETS).index(name))
-        fails = []
-        for j, f in enumerate(stats.found, 1):
-            stem = out / f"{name}-{j}"
-            path = t.save(f.input, stem)
-            (out / f"{name}-{j}.txt").write_text(
-                f"target {name}: {f.sig[0]} at {f.sig[1]}\n{f.error}\n\ninput: "
-                f"{ft.describe(f, 2000)}\n\n{f.traceback}")
-            fails.append(dict(kind=f.sig[0], site=f.sig[1], error=f.error, hits=f.hits,
-                              flaky=f.flaky, reproducer=str(path), input=ft.describe(f)))
-        print(f"  {name}: {stats.inputs} inputs, {stats.seconds:.0f} s, {len(fails)} failures",
-              flush=True)
-        results.append(dict(target=name, inputs=stats.inputs, seconds=stats.seconds,
-                            failures=fails))
-    return results
+    t = ft.TARGETS[name]
+    why = ft.available(t)
+    if why:
+        print(f"  {name}: skipped ({why})", flush=True)
+        return _write(out, dict(target=name, inputs=0, seconds=0.0, cpu_seconds=0.0,
+                                skipped=why, failures=[]))
+    n = max(1, int(COUNTS[name] * args.scale)) if args.inputs is None else args.inputs
+    inflight = out / f"{name}-inflight" if t.needs else None
+    stats = ft.run(t, n, seed=args.seed + 7919 * list(ft.TARGETS).index(name),
+                   inflight=inflight)
+    if inflight is not None:
+        Path(str(inflight) + t.suffix).unlink(missing_ok=True)
+    fails = []
+    for j, f in enumerate(stats.found, 1):
+        path = t.save(f.input, out / f"{name}-{j}")
+        (out / f"{name}-{j}.txt").write_text(
+            f"target {name}: {f.sig[0]} at {f.sig[1]}\n{f.error}\n\ninput: "
+            f"{ft.describe(f, 2000)}\n\n{f.traceback}")
+        fails.append(dict(kind=f.sig[0], site=f.sig[1], error=f.error, hits=f.hits,
+                          flaky=f.flaky, reproducer=str(path), input=ft.describe(f)))
+    print(f"  {name}: {stats.inputs} inputs, {stats.seconds:.0f} s ({stats.cpu_seconds:.0f} s "
+          f"CPU), {len(fails)} failures", flush=True)
+    return _write(out, dict(target=name, inputs=stats.inputs, seconds=stats.seconds,
+                            cpu_seconds=stats.cpu_seconds, failures=fails))
+
+
+def _write(out, result):
+    (out / f"{result['target']}.json").write_text(json.dumps(result) + "\n")
+    return result
 
 
 def _limit_memory():
@@ -75,28 +84,49 @@ def _limit_memory():
         resource.setrlimit(resource.RLIMIT_AS, (gb, hard))
 
 
-def _worker(job):
-    names, args, out = job
+def _child(name, args, out):
     try:
-        return run_targets(names, args, out)
+        run_target(name, args, out)
     except BaseException:
         traceback.print_exc()
-        raise
+        os._exit(3)
 
 
-def split_jobs(names, jobs, scale):
-    """Targets dealt to `jobs` lists of about equal work (estimated from COUNTS and the
-    seconds per input measured for each target)."""
-    per_input = {"netyaml": 12e-3, "netyaml_raw": 8e-3, "netdict": 8e-3, "weights": 8e-3,
-                 "params_bin": 5e-3, "paths": 6e-3, "records": 30e-3, "params_c": 25e-3,
-                 "emit": 0.6}
-    lists = [[] for _ in range(jobs)]
-    load = [0.0] * jobs
-    for n in sorted(names, key=lambda n: -COUNTS[n] * per_input[n]):
-        k = load.index(min(load))
-        lists[k].append(n)
-        load[k] += COUNTS[n] * per_input[n] * scale
-    return [l for l in lists if l]
+def run_all(names, args, out):
+    """Each target in its own process, `args.jobs` at a time, the longest first. A process
+    that dies (a crash in the C library, say) is reported as a failure of its target, with
+    the input it was running when the target saves one."""
+    import multiprocessing as mp
+    import fuzz_targets as ft
+    ctx = mp.get_context("fork")
+    todo = sorted(names, key=lambda n: -COUNTS[n] * PER_INPUT_S[n])
+    running, results = {}, []
+    while todo or running:
+        while todo and len(running) < max(1, args.jobs):
+            name = todo.pop(0)
+            p = ctx.Process(target=_child, args=(name, args, out))
+            p.start()
+            running[name] = p
+        time.sleep(0.5)
+        for name, p in list(running.items()):
+            if p.is_alive():
+                continue
+            p.join()
+            del running[name]
+            res = out / f"{name}.json"
+            if res.is_file():
+                results.append(json.loads(res.read_text()))
+                continue
+            t = ft.TARGETS[name]
+            inflight = Path(str(out / f"{name}-inflight") + t.suffix)
+            fail = dict(kind="process died", site=f"exit code {p.exitcode}", hits=1,
+                        flaky=False, error=f"the {name} process ended with exit code "
+                        f"{p.exitcode}", reproducer=str(inflight) if inflight.is_file() else "",
+                        input="the input it was running" if inflight.is_file() else "unknown")
+            print(f"  {name}: process died (exit code {p.exitcode})", flush=True)
+            results.append(dict(target=name, inputs=0, seconds=0.0, cpu_seconds=0.0,
+                                failures=[fail]))
+    return results
 
 
 def replay(path):
@@ -137,30 +167,26 @@ def main(argv=None):
         args.seed = int(time.time()) % 100_000
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*-*.*"):
+    for old in list(out.glob("*-*.*")) + list(out.glob("*.json")):
         old.unlink()
-    jobs = split_jobs(names, max(1, args.jobs), args.scale)
-    print(f"aotconv fuzz: seed {args.seed}, {len(names)} targets in {len(jobs)} job(s), "
+    print(f"aotconv fuzz: seed {args.seed}, {len(names)} targets, {args.jobs} at a time, "
           f"reproducers in {out}", flush=True)
     t0 = time.monotonic()
-    if len(jobs) == 1:
-        results = run_targets(jobs[0], args, out)
-    else:
-        import multiprocessing as mp
-        with mp.get_context("fork").Pool(len(jobs)) as pool:
-            results = [r for rs in pool.map(_worker, [(j, args, out) for j in jobs]) for r in rs]
+    results = run_all(names, args, out)
     wall = time.monotonic() - t0
     results.sort(key=lambda r: names.index(r["target"]))
     (out / "summary.json").write_text(json.dumps(dict(seed=args.seed, wall_s=wall,
                                                       results=results), indent=1) + "\n")
-    print(f"\n{'target':14s} {'inputs':>8s} {'seconds':>8s} {'failures':>8s}")
+    print(f"\n{'target':14s} {'inputs':>8s} {'seconds':>8s} {'CPU s':>8s} {'failures':>8s}")
     for r in results:
         extra = f"  (skipped: {r['skipped']})" if r.get("skipped") else ""
-        print(f"{r['target']:14s} {r['inputs']:8d} {r['seconds']:8.0f} "
+        print(f"{r['target']:14s} {r['inputs']:8d} {r['seconds']:8.0f} {r['cpu_seconds']:8.0f} "
               f"{len(r['failures']):8d}{extra}")
     total = sum(r["inputs"] for r in results)
     nfail = sum(len(r["failures"]) for r in results)
-    print(f"{'total':14s} {total:8d} {wall:8.0f} {nfail:8d}   (wall seconds, seed {args.seed})")
+    cpu = sum(r["cpu_seconds"] for r in results)
+    print(f"{'total':14s} {total:8d} {wall:8.0f} {cpu:8.0f} {nfail:8d}   "
+          f"(seconds: wall of the whole run; seed {args.seed})")
     for r in results:
         for f in r["failures"]:
             print(f"\nFAIL {r['target']}: {f['kind']} at {f['site']} ({f['hits']} inputs"

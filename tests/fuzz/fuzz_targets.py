@@ -160,6 +160,16 @@ def scratch(name, data=None):
     return p
 
 
+def fresh_dir():
+    """A new empty directory for one input (the previous one is removed): readers that warn
+    once per file and process must see a new file each time, or a failure would not replay."""
+    n = _cache["fresh"] = _cache.get("fresh", 0) + 1
+    shutil.rmtree(workdir() / f"in{n - 1}", ignore_errors=True)
+    d = workdir() / f"in{n}"
+    d.mkdir()
+    return d
+
+
 # conv (grouped, with bias), batchnorm, conv without bias, dense: every tensor kind
 PARAMS_NET = {
     "name": "fzp", "input": [1, 4, 5, 5],
@@ -311,7 +321,8 @@ def check_records(data):
     from aotconv.tune.records import Store, read_log
     from aotconv.tune.search import records_only
     layer, target, keys, _, _ = records_setup()
-    path = scratch("records.jsonl", data)
+    path = fresh_dir() / "records.jsonl"
+    path.write_bytes(data)
     store = Store(read=[path])
     for key in keys:
         found = expect_clean(store.lookup, key)
@@ -435,11 +446,7 @@ def check_emit(data):
 def check_path(case):
     """A broken input stored under a hostile file name: the message that names the file must
     still be one line."""
-    d = workdir() / "names"
-    if d.exists():
-        shutil.rmtree(d)
-    d.mkdir()
-    p = d / case.name
+    p = fresh_dir() / case.name
     if case.reader == "netyaml":
         p.write_bytes(b"name: x\ninput: [1]\nlayers: []\n")
         expect_clean(spec.load_network, str(p))
@@ -519,7 +526,8 @@ class Found:
 class Stats:
     target: str
     inputs: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0                # wall
+    cpu_seconds: float = 0.0            # this process and its children (ninja, the compiler)
     found: list = field(default_factory=list)
     hits: Counter = field(default_factory=Counter)
 
@@ -531,13 +539,19 @@ def _settings(n, derandomize):
                     report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False)
 
 
+def _cpu():
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def run(target, inputs, seed=0, derandomize=False, max_seconds=None, stats=None,
-        max_failures=20):
+        max_failures=20, inflight=None):
     """Feed `target` about `inputs` generated inputs (shrinking adds some); every distinct
-    failure ends up in stats.found with its smallest input."""
+    failure ends up in stats.found with its smallest input. `inflight`: a path stem where each
+    input is saved before it runs, so an input that kills the process is not lost."""
     stats = stats or Stats(target.name)
     known = {f.sig for f in stats.found}
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), _cpu()
     generated = 0
     round_ = 0
     strategy = target.strategy()
@@ -550,6 +564,8 @@ def run(target, inputs, seed=0, derandomize=False, max_seconds=None, stats=None,
         def test(x):
             count["n"] += 1
             stats.inputs += 1
+            if inflight is not None:
+                target.save(x, inflight)
             try:
                 guarded(target, x)
             except Exception as e:
@@ -584,6 +600,7 @@ def run(target, inputs, seed=0, derandomize=False, max_seconds=None, stats=None,
         elif derandomize or count["n"] < want:
             break                    # hypothesis ran out of new inputs (or replays one seed)
     stats.seconds += time.monotonic() - t0
+    stats.cpu_seconds += _cpu() - c0
     for f in stats.found:
         f.hits = stats.hits[f.sig]
     return stats
