@@ -14,7 +14,7 @@ hypothesis found, then goes on with a fresh seed, counting later inputs that fai
 runs every target at volume; tests/fuzz/test_fuzz_slice.py runs a short fixed-seed slice.
 """
 from collections import Counter
-from contextlib import contextmanager, redirect_stderr
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 import io
 from dataclasses import dataclass, field
 import json
@@ -86,6 +86,10 @@ def guarded(target, x):
         if line and not line.startswith("aotconv: "):
             raise Failure("multi-line or stray stderr output", "stderr", repr(line[:200]))
     for w in caught:
+        # warnings Python hides by default (ResourceWarning, DeprecationWarning) reach no user
+        if issubclass(w.category, (ResourceWarning, DeprecationWarning,
+                                   PendingDeprecationWarning)):
+            continue
         if str(w.filename).startswith(AOTCONV_DIR):
             site = f"{os.path.relpath(w.filename, os.path.dirname(AOTCONV_DIR))}:{w.lineno}"
             raise Failure("Python warning", site, f"{w.category.__name__}: {w.message}")
@@ -189,6 +193,13 @@ def params_net():
     return _cache["net"]
 
 
+def params_yaml():
+    p = workdir() / "fzp.yaml"
+    if not p.exists():
+        p.write_bytes(yaml.safe_dump(PARAMS_NET).encode())
+    return p
+
+
 def params_layout():
     return [(f"{l}.{t}", tuple(s)) for l, t, s, _ in params_net().param_layout()]
 
@@ -226,11 +237,29 @@ def _loaded_network(net):
     passes.optimise(net)
 
 
+def cli_refuses(argv):
+    """`aotconv ARGV` for an input its reader refused: exit status 2 and exactly one line on
+    stderr, `aotconv: error: ...` (no traceback), before any work."""
+    from aotconv import cli
+    buf = io.StringIO()
+    with redirect_stderr(buf), redirect_stdout(io.StringIO()):
+        rc = cli.main(argv)
+    err = buf.getvalue()
+    if rc != 2 or err.count("\n") != 1 or not err.startswith("aotconv: error: "):
+        raise Failure("the CLI does not give a one-line error", "aotconv/cli.py main",
+                      f"exit status {rc}, stderr {err[:300]!r}")
+
+
 def check_netyaml(data, batch=None):
     path = scratch("net.yaml", data)
     net = expect_clean(spec.load_network, str(path), batch=batch)
     if net is not None:
         _loaded_network(net)
+    elif zlib.crc32(data) % 4 == 0 and (batch is None or (isinstance(batch, int)
+                                                           and not isinstance(batch, bool))):
+        cli_refuses(["build", str(path), "--target", "pocl-cpu", "--no-tune", "-o",
+                     str(workdir() / "cli-out")] + ([] if batch is None else
+                                                    ["--batch", str(batch)]))
 
 
 def check_netdict(x):
@@ -242,10 +271,17 @@ def check_netdict(x):
 
 def check_weights(w):
     path = scratch("weights.npz", w.data)
-    flat = expect_clean(params.from_npz, params_net(), str(path))
-    if flat is None:
+    try:
+        flat = params.from_npz(params_net(), str(path))
+    except AotconvError as e:
+        check_message(e)
         if w.expect is not None:
-            raise Failure("valid weights refused", "aotconv/params.py from_npz", w.note)
+            raise Failure("valid weights refused", "aotconv/params.py from_npz",
+                          f"{w.note}: {e}") from None
+        flat = None
+    if flat is None:
+        cli_refuses(["build", str(params_yaml()), "--weights", str(path), "--target",
+                     "pocl-cpu", "--no-tune", "-o", str(workdir() / "cli-out")])
         return
     n = params_net().param_count()
     if not (isinstance(flat, np.ndarray) and flat.dtype == np.float32 and flat.shape == (n,)):
@@ -355,7 +391,7 @@ def c_library():
     if "lib" not in _cache:
         from aotconv.compiler import compile_network
         from aotconv.runtime import load
-        src = scratch("fzp.yaml", yaml.safe_dump(PARAMS_NET).encode())
+        src = params_yaml()
         out = workdir() / "fzp"
         compile_network(str(src), target="pocl-cpu", outdir=out, tune_mode="fallback",
                         measure=False, quiet=True)
