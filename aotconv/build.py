@@ -1,4 +1,5 @@
 """Run ninja on an emitted directory: lib<net>.so and lib<net>.a."""
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,7 +22,9 @@ def ninja_path():
 def build(outdir, quiet=True):
     """Build the libraries; on failure raise BuildError with ninja's output saved to build.log."""
     outdir = Path(outdir)
-    proc = subprocess.run([ninja_path(), "-C", str(outdir)], capture_output=True, text=True)
+    # run in the directory (not -C): the log then names no directory, only its own files
+    proc = subprocess.run([os.path.abspath(ninja_path())], cwd=outdir, capture_output=True,
+                          text=True)
     log = outdir / "build.log"
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:

@@ -13,6 +13,7 @@ from .build import build as ninja_build
 from .choose import choose
 from .emit import emit
 from .graph import Network
+from .outdir import OutputDir
 from .report import write_report
 from .schedule import build_schedule, c_ident
 from .targets import find_device, get_target
@@ -44,9 +45,26 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     net0 = imported.network if imported else spec.load_network(source, batch=batch)
     net = passes.optimise(net0)
     outdir = Path(outdir or Path("build") / net.name)
-    log(f"aotconv: {net.name}: {len(net0.layers)} layers ({len(net.layers)} after fusion), "
-        f"target {tgt.name}, output {outdir}", quiet)
+    # checked, locked and marked before any kernel is built; everything is written under
+    # od.staging and moved into place at the end (aotconv.outdir)
+    with OutputDir(outdir, network=net.name, quiet=quiet) as od:
+        log(f"aotconv: {net.name}: {len(net0.layers)} layers ({len(net.layers)} after fusion), "
+            f"target {tgt.name}, output {outdir}", quiet)
+        res = _build_into(od, net0, net, tgt, weights, seed, tune_mode, budget, strategy,
+                          tuning_db, require_tuned, check, measure, quiet, json_progress, jobs,
+                          fuse_pool, imported)
+        od.commit()
+    res.outdir = outdir
+    log(f"aotconv: built {outdir}/lib{c_ident(net.name)}.so and .a "
+        f"({time.time() - t0:.1f} s)", quiet)
+    return res
 
+
+def _build_into(od, net0, net, tgt, weights, seed, tune_mode, budget, strategy, tuning_db,
+                require_tuned, check, measure, quiet, json_progress, jobs, fuse_pool,
+                imported=None):
+    """Everything of a build written into the staging directory `od.staging`."""
+    stage = od.staging
     choose_kw = dict(mode=tune_mode, budget=budget, strategy=strategy, tuning_db=tuning_db,
                      require_tuned=require_tuned, quiet=quiet, json_progress=json_progress,
                      jobs=jobs)
@@ -70,23 +88,21 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     if fused or sch.conversions:
         log(f"aotconv: {sum(d.fused for d in fused)} of {len(fused)} pools fused into their "
             f"conv; {len(sch.conversions)} layout conversions inserted", quiet)
-    emit(sch, tgt, outdir)
+    emit(sch, tgt, stage, prefix=od.path)
     flat = (params_mod.from_npz(net0, weights) if weights else imported.params if imported
             else params_mod.random_params(net0, seed=seed))
-    params_mod.write_bin(outdir / f"{c_ident(net.name)}.params.bin", flat)
-    ninja_build(outdir)
-    log(f"aotconv: built {outdir}/lib{c_ident(net.name)}.so and .a "
-        f"({time.time() - t0:.1f} s)", quiet)
+    params_mod.write_bin(stage / f"{c_ident(net.name)}.params.bin", flat)
+    ninja_build(stage)
 
-    res = BuildResult(outdir, net, sch, tgt)
+    res = BuildResult(od.path, net, sch, tgt)
     if measure and find_device(tgt) is not None:
         ref = imported.reference() if imported and check and not weights else None
-        res.profile, res.check_error = measure_library(outdir, net0, flat, seed, check, ref=ref)
+        res.profile, res.check_error = measure_library(stage, net0, flat, seed, check, ref=ref)
         res.check_reference = ref.name if ref else "numpy"
     elif measure:
         log(f"aotconv: the {tgt.name} device is not present: library built, not run; "
             f"report.md has no measured times", quiet)
-    write_report(res, outdir / "report.md")
+    write_report(res, stage / "report.md")
     return res
 
 

@@ -92,21 +92,19 @@ def _render(template, **ns):
     return _lookup.get_template(template).render(**ns)
 
 
-def emit(sch, target, outdir, cc=None):
-    """Write every generated text file of `sch` (a Schedule) into `outdir`."""
+def emit(sch, target, outdir, cc=None, prefix=None):
+    """Write every generated text file of `sch` (a Schedule) into `outdir`, a new empty
+    directory (aotconv.outdir's staging; nothing is deleted here). `prefix`: the directory the
+    files end up in, for the .pc (default `outdir`)."""
     net = sch.net
     name = c_ident(net.name)
     check_net_name(name, cc)
     out = Path(outdir)
     (out / "kernels").mkdir(parents=True, exist_ok=True)
-    for old in (out / "kernels").glob("*.cl"):
-        old.unlink()
     for p in sch.programs:
         (out / "kernels" / f"{p.file}.cl").write_text(p.source)
 
     runtime = out / "runtime"
-    if runtime.exists():
-        shutil.rmtree(runtime)
     shutil.copytree(RUNTIME_DIR, runtime)
 
     launches = []
@@ -141,7 +139,7 @@ def emit(sch, target, outdir, cc=None):
         runtime_dir="runtime", ldflags="-lOpenCL", objects=objects))
     (out / f"{name}.pc").write_text(_render(
         "c/net.pc.mako", name=name, target=target.name, version=__version__,
-        prefix=str(out.resolve())))
+        prefix=str(Path(prefix or out).resolve())))
     write_tuning_json(sch, target, out / "tuning.json")
     return out
 

@@ -1,4 +1,5 @@
-prefix=${prefix}
+<%! from aotconv.outdir import pc_escape %>\
+prefix=${pc_escape(prefix)}
 libdir=${"${prefix}"}
 includedir=${"${prefix}"}
 
