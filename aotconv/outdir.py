@@ -90,7 +90,7 @@ def check_output_dir(path):
         if not p.is_dir():
             raise _dir_err(p, "exists and is not a directory",
                            "-o names the directory to write the build into: " + _CHOOSE)
-        if not os.access(p, os.W_OK | os.X_OK):
+        if not os.access(p, os.R_OK | os.W_OK | os.X_OK):
             raise _dir_err(p, "the directory is not writable (read-only, or owned by another "
                               "user)", _CHOOSE + ", or make it writable")
         _check_owned(p)
@@ -120,13 +120,9 @@ def _check_text(p, text):
                        "choose a path without it")
 
 
-def _entries(p):
-    return set(os.listdir(p))
-
-
-def _check_owned(p, entries=None):
+def _check_owned(p):
     """The directory is empty (but for aotconv's own lock) or carries aotconv's marker."""
-    entries = _entries(p) if entries is None else entries
+    entries = set(os.listdir(p))
     if MARKER in entries:
         _read_marker(p)                # refuse a marker that is not ours
         return
@@ -207,9 +203,14 @@ class OutputDir:
             p.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise _dir_err(p, f"cannot create the directory ({e.strerror})", _CHOOSE) from None
-        self._lock()
+        created = self._lock()
         try:
-            _check_owned(p)                # again, now that no other build can change it
+            try:
+                _check_owned(p)        # again, now that no other build can change it
+            except OutputDirError:
+                if created:            # changed between the check and the lock: leave no trace
+                    os.unlink(p / LOCK)
+                raise
             _check_subdirs(p)
             doc = _read_marker(p) if (p / MARKER).exists() else None
             self._doc = doc = doc or dict(files={}, staging=[])
@@ -230,9 +231,14 @@ class OutputDir:
         return self
 
     def _lock(self):
+        """Take the lock; True when this call created the lock file."""
         path = self.path / LOCK
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                fd, created = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+            except FileExistsError:
+                fd, created = os.open(path, flags), False
         except OSError as e:
             if e.errno == errno.ELOOP:
                 raise _symlink_error(path) from None
@@ -251,6 +257,7 @@ class OutputDir:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+        return created
 
     def _unlock(self):
         if self._fd is not None:
