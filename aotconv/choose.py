@@ -142,6 +142,7 @@ def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=No
     where: 'VARIANT:KNOB=V/V,...' texts (`--where`) that narrow the search to those variants
     and knob values (records and fallbacks are unaffected).
     """
+    from .fits import check_memory
     from .targets import get_target, find_device, with_limits, device_identity
     from .tune import strategies
     from .tune.records import Store
@@ -160,10 +161,14 @@ def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=No
     groups = search.unique_layers(layers)
     progress = progress or Progress.make(quiet=quiet, json_progress=json_progress)
 
+    # before anything is tuned, built or allocated: every tensor within the device's memory
+    # (the live device's figures when it is here)
+    found = find_device(target)
+    check_memory(net, with_limits(target, found[1]) if found is not None else target, layers)
+
     if mode == "fallback":
         return {l.name: fallback_choice(l, target) for l in layers}
 
-    found = find_device(target)
     device = device_identity(*found) if found is not None else None
     store = Store.default(target, tuning_db)
     if mode == "tune" and found is not None:

@@ -3,6 +3,14 @@
 Figures for the seeds' devices come from the seeds and the vendors' data sheets; h100 from the
 brief (132 SMs x 128 lanes x 2 x 1.98 GHz FP32, HBM3 ~3.35 TB/s); pocl-cpu is this project's
 2-core CI machine (AVX-512, 2 cores x 16 lanes x 2 FMA x 2 x ~2.5 GHz, conservative).
+
+Memory (`max_alloc_bytes`: the largest buffer, CL_DEVICE_MAX_MEM_ALLOC_SIZE; `global_mem_bytes`:
+all buffers together, CL_DEVICE_GLOBAL_MEM_SIZE capped by the address width): h100 and pocl-cpu
+as their OpenCL drivers report them (NVIDIA's on the project's H100 80GB: 79.2 GiB and exactly
+a quarter of it; PoCL on the CI machine: 4.19 GiB and 2 GiB). For the seeds' devices the board's memory and, for the
+largest buffer, a quarter of it: the least an OpenCL 1.2 device may report
+(max(global / 4, 128 MiB)), so a build for an absent device never plans a buffer its driver
+could refuse. With the device present its own figures replace these (`with_limits`).
 """
 from dataclasses import dataclass, replace
 import re
@@ -30,6 +38,8 @@ class Target:
     max_wg_dims: tuple = ()     # work-items per work-group along each dimension
     local_mem_per_cu: int = 0   # local memory shared by the work-groups of one CU (occupancy)
     cache_bytes: int = 0        # last-level cache timing must defeat by rotating inputs
+    max_alloc_bytes: int = 0    # the largest single buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE)
+    global_mem_bytes: int = 0   # all buffers together (global memory, within the address width)
 
     def summary(self):
         return (f"{self.name}: {self.description} ({self.compute_units} CUs, "
@@ -39,28 +49,36 @@ class Target:
 TARGETS = {t.name: t for t in [
     Target("h100", "NVIDIA", r"H100", "gpu", 1024, 48 * 1024, 132, 32, 65536, 255, 2,
            66900.0, 3350.0, "NVIDIA H100 SXM, NVIDIA OpenCL",
-           max_wg_dims=(1024, 1024, 64), local_mem_per_cu=228 * 1024, cache_bytes=50 << 20),
+           max_wg_dims=(1024, 1024, 64), local_mem_per_cu=228 * 1024, cache_bytes=50 << 20,
+           max_alloc_bytes=21254373376, global_mem_bytes=85017493504),
     Target("pocl-cpu", r"pocl|Portable Computing Language", r".*", "cpu", 4096, 2 * 1024 * 1024,
            2, 16, 0, 255, 1, 320.0, 20.0, "PoCL pthread CPU device",
-           max_wg_dims=(4096, 4096, 4096), cache_bytes=32 << 20),
+           max_wg_dims=(4096, 4096, 4096), cache_bytes=32 << 20,
+           max_alloc_bytes=2 << 30, global_mem_bytes=4500126720),
     Target("fury-x", r"Advanced Micro Devices|AMD", r"Fiji|Fury", "gpu", 256, 64 * 1024, 64, 64,
            65536, 255, 2, 8602.0, 512.0, "AMD Radeon R9 Fury X (Fiji)",
-           max_wg_dims=(256, 256, 256), local_mem_per_cu=64 * 1024, cache_bytes=2 << 20),
+           max_wg_dims=(256, 256, 256), local_mem_per_cu=64 * 1024, cache_bytes=2 << 20,
+           max_alloc_bytes=1 << 30, global_mem_bytes=4 << 30),
     Target("r9-nano", r"Advanced Micro Devices|AMD", r"Fiji|Nano", "gpu", 256, 64 * 1024, 64, 64,
            65536, 255, 2, 8192.0, 512.0, "AMD Radeon R9 Nano (Fiji)",
-           max_wg_dims=(256, 256, 256), local_mem_per_cu=64 * 1024, cache_bytes=2 << 20),
+           max_wg_dims=(256, 256, 256), local_mem_per_cu=64 * 1024, cache_bytes=2 << 20,
+           max_alloc_bytes=1 << 30, global_mem_bytes=4 << 30),
     Target("gtx1080", "NVIDIA", r"GTX 1080", "gpu", 1024, 48 * 1024, 20, 32, 65536, 255, 2,
            8873.0, 320.0, "NVIDIA GeForce GTX 1080 (Pascal)",
-           max_wg_dims=(1024, 1024, 64), local_mem_per_cu=96 * 1024, cache_bytes=2 << 20),
+           max_wg_dims=(1024, 1024, 64), local_mem_per_cu=96 * 1024, cache_bytes=2 << 20,
+           max_alloc_bytes=2 << 30, global_mem_bytes=8 << 30),
     Target("titan-x", "NVIDIA", r"TITAN X", "gpu", 1024, 48 * 1024, 24, 32, 65536, 255, 2,
            6605.0, 336.0, "NVIDIA GeForce GTX TITAN X (Maxwell)",
-           max_wg_dims=(1024, 1024, 64), local_mem_per_cu=96 * 1024, cache_bytes=3 << 20),
+           max_wg_dims=(1024, 1024, 64), local_mem_per_cu=96 * 1024, cache_bytes=3 << 20,
+           max_alloc_bytes=3 << 30, global_mem_bytes=12 << 30),
     Target("mali-t628", r"ARM", r"Mali-T628", "gpu", 256, 32 * 1024, 4, 4, 0, 64, 1,
            34.0, 14.9, "ARM Mali-T628 MP6 (Odroid-XU3)",
-           max_wg_dims=(256, 256, 256), cache_bytes=256 << 10),
+           max_wg_dims=(256, 256, 256), cache_bytes=256 << 10,
+           max_alloc_bytes=512 << 20, global_mem_bytes=2 << 30),
     Target("adreno-530", r"QUALCOMM", r"Adreno.*530", "gpu", 1024, 32 * 1024, 4, 64, 0, 64, 1,
            407.0, 29.9, "Qualcomm Adreno 530 (Snapdragon 820)",
-           max_wg_dims=(1024, 1024, 1024), cache_bytes=1 << 20),
+           max_wg_dims=(1024, 1024, 1024), cache_bytes=1 << 20,
+           max_alloc_bytes=768 << 20, global_mem_bytes=3 << 30),
 ]}
 
 
@@ -127,18 +145,28 @@ def from_device(platform, device):
                   device.max_work_group_size, device.local_mem_size, device.max_compute_units,
                   32 if is_gpu else 8, description=f"{device.name} (read off the device)",
                   max_wg_dims=tuple(device.max_work_item_sizes),
-                  cache_bytes=int(device.global_mem_cache_size))
+                  cache_bytes=int(device.global_mem_cache_size), **memory_of(device))
+
+
+def memory_of(device):
+    """{max_alloc_bytes, global_mem_bytes} as the live device reports them: the global memory
+    is capped by what its address width reaches (a 32-bit device addresses 4 GiB)."""
+    bits = int(device.address_bits)
+    return {"max_alloc_bytes": int(device.max_mem_alloc_size),
+            "global_mem_bytes": min(int(device.global_mem_size), 1 << bits if bits else 1 << 64)}
 
 
 def with_limits(target, device):
-    """The profile with the limits the live device reports where they are tighter."""
+    """The profile with the limits the live device reports where they are tighter; its memory
+    figures are the device's own (the profile's are what a build without it assumes)."""
     dims = tuple(device.max_work_item_sizes)
     if target.max_wg_dims:
         dims = tuple(min(a, b) for a, b in zip(target.max_wg_dims, dims))
     return replace(target, max_wg_size=min(target.max_wg_size, device.max_work_group_size),
                    local_mem_bytes=min(target.local_mem_bytes, device.local_mem_size),
                    max_wg_dims=dims,
-                   cache_bytes=target.cache_bytes or int(device.global_mem_cache_size))
+                   cache_bytes=target.cache_bytes or int(device.global_mem_cache_size),
+                   **memory_of(device))
 
 
 def device_identity(platform, device):

@@ -66,6 +66,8 @@ def brute(variant, target, layer):
         "device.occupancy_local_mem": lambda p: 2 * 4 * p["WX"] * p["WY"] * p["T"] <= 12288,
         "device.registers": lambda p: 16 + 8 * p["T"] <= 64,
         "device.occupancy_registers": lambda p: 2 * p["WX"] * p["WY"] * (16 + 8 * p["T"]) <= 16384,
+        "device.index_width": lambda p: True,       # 2x8x16x16 and 64x64 tiles: far below 2^31
+        "device.max_alloc": lambda p: True,         # no buffer, no scratch
     }
     alone = {n: sum(not f(p) for p in pts) for n, f in rules.items()}
     survivors = [p for p in pts if all(f(p) for f in rules.values())]

@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 
 from ..errors import AotconvError
-from ..space import layer_space, layer_spaces, Candidate
+from ..space import layer_space, layer_spaces, Candidate, fallback_point
 from .measure import Outcome
 from .records import Key
 from .strategies import Evaluator, run as run_strategy, parse as parse_strategy, DEFAULT
@@ -120,14 +120,15 @@ class LayerResult:
 def fallback_candidate(layer, target, space=None):
     """The first variant's fallback valid under `target`'s limits; failing that another
     variant's, failing that the first surviving point of any space."""
-    from ..space import point_ok
+    from ..space import why_pruned
     from ..variants import for_layer
     variants = [p.variant for p in space.parts] if space is not None else for_layer(layer)
     for v in variants:                           # the usual case: no enumeration needed
-        cfg = v.fallback(layer, target)
-        if point_ok(layer, v, cfg, target):
+        cfg = fallback_point(layer, v, target)
+        if cfg is not None:
             return Candidate(v.name, cfg)
-    space = space or layer_space(layer, target)
+    if space is None or not all(p.enumerated for p in space.parts):
+        space = layer_space(layer, target)
     for p in space.parts:
         if p.points:
             return Candidate(p.variant.name, p.points[0])
@@ -136,7 +137,8 @@ def fallback_candidate(layer, target, space=None):
                            f"'{layer.op}' with these attributes")
     raise AotconvError(f"layer '{layer.name}': no configuration of "
                        f"{', '.join(p.variant.name for p in space.parts)} is valid under "
-                       f"target '{target.name}' limits (see `aotconv space`)")
+                       f"target '{target.name}' limits, {why_pruned(space)} "
+                       f"(see `aotconv space`)")
 
 
 def known_outcomes(space, store, target, device):
@@ -179,8 +181,8 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     known_costs = {grid.index[c]: o.cost for c, o in known.items() if c in grid.index}
     # every variant's fallback first: cheap, diverse starting points, so a small budget
     # never leaves a layer on a variant that another variant's default beats
-    seeds = [fb] + [Candidate(p.variant.name, p.variant.fallback(layer, target))
-                    for p in space.parts]
+    seeds = [fb] + [Candidate(p.variant.name, cfg) for p in space.parts
+                    if (cfg := fallback_point(layer, p.variant, target)) is not None]
     seeds = [c for c in dict.fromkeys(seeds) if c in grid.index][:max(1, trials)]
     ev = Evaluator(len(grid), measure, trials=max(1, trials), deadline=deadline,
                    known=known_costs, min_trials=len(seeds))

@@ -9,7 +9,9 @@ tests need to know about it is declared here, in one place:
 - `constraints`: named predicates at the three levels of the BEAST paper (algorithm, software,
   hardware), each with the reason it exists. The target's device limits (work-group size, local
   memory) are applied automatically by aotconv.space from `local_size` and `local_mem_bytes`.
-- `fallback(layer, target)`: a configuration that is always valid; used when untuned.
+- `fallback(layer, target)`: the configuration used untuned, valid under the target's limits
+  whenever the variant has a valid point for the layer (else it raises NoFallback, or returns a
+  point the space rejects: aotconv.space.fallback_point then offers none).
 - `render(layer, cfg, prefix)`: the OpenCL source; every size a compile-time constant.
 - `launches(layer, cfg, prefix)`: the kernels to enqueue, in order, with their arguments and
   global/local sizes. Launches with phase "setup" run once in set_params (weight re-layout).
@@ -23,6 +25,7 @@ import itertools
 
 from mako.lookup import TemplateLookup
 
+from ..errors import AotconvError
 from ..graph import count
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
@@ -30,6 +33,11 @@ _lookup = TemplateLookup(directories=[str(TEMPLATE_DIR)], strict_undefined=True,
                          input_encoding="utf-8")
 
 LEVELS = ("algorithm", "software", "hardware")
+
+
+class NoFallback(AotconvError):
+    """A variant has no valid fallback point for a layer (every point of its space is pruned
+    under the target's limits); callers try another variant (aotconv.space.fallback_point)."""
 
 
 @dataclass(frozen=True)
@@ -247,6 +255,8 @@ class Variant:
     layouts = ("NCHW", "NCHW")  # (reads, writes)
     constraints = ()            # tuple of Constraint
     scratch = False             # True if it uses the shared scratch buffer
+    index_bits = 32             # the template's index type: int (aotconv.space checks every
+                                # index it computes fits) or 64 for long
 
     # -- domain ---------------------------------------------------------------------------------
     def supports(self, layer):
@@ -262,7 +272,8 @@ class Variant:
         return [Knob("WG", (64,), "work-group size")]
 
     def fallback(self, layer, target):
-        """A configuration valid for every supported layer under `target`'s limits."""
+        """The untuned configuration: valid under `target`'s limits whenever the space has a
+        valid point (callers check it: aotconv.space.fallback_point)."""
         return Config(tuple((k.name, k.values[0]) for k in self.knobs(layer, target)))
 
     def configs(self, layer, target):

@@ -31,7 +31,7 @@ a KBLK step is KBLK channels of one filter tap; the B load then needs no divisio
 one bounds check per column and step (10-15% on the H100's 3x3 and 5x5 layers).
 """
 from .base import (Variant, Knob, Constraint, Config, Launch, In, Out, Param, Buffer, Scratch,
-                   ceil_div, round_up)
+                   NoFallback, ceil_div, round_up)
 
 LAYOUTS = ("NCHW", "CHWN", "NHWC")
 
@@ -76,9 +76,9 @@ def first_valid(variant, layer, target, points, work_groups=None):
     aotconv.space adds, so that the fallback is never pruned. With `work_groups(cfg)`, the
     first valid point that gives every compute unit a work-group wins over earlier ones that
     would leave compute units idle (big tiles on a small layer)."""
-    from ..space import device_constraints          # space imports the registry: import late
+    from ..space import constraints_of              # space imports the registry: import late
     knobs = variant.knobs(layer, target)
-    cons = list(variant.constraints) + device_constraints(variant, target)
+    cons = constraints_of(variant, target)
     valid = []
     for p in points:
         if any(p[k.name] not in k.values for k in knobs):
@@ -90,8 +90,8 @@ def first_valid(variant, layer, target, points, work_groups=None):
             valid.append(cfg)
     if valid:
         return max(valid, key=work_groups)
-    raise AssertionError(f"{variant.name}: no fallback point is valid for layer {layer.name} "
-                         f"on {target.name}")
+    raise NoFallback(f"{variant.name}: no fallback point is valid for layer '{layer.name}' "
+                     f"on {target.name}")
 
 
 def _kind(target):

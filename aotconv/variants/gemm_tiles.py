@@ -13,7 +13,7 @@ coalesced, aligned VWM/VWN-wide vector. Knobs follow CLBlast's xgemm (MWG, NWG, 
 NDIMC, VWM, VWN; strided per-thread layout, STRM=STRN=1 in CLBlast's terms) plus PRE, a
 register prefetch of the next K tile while the current one is multiplied.
 """
-from .base import Knob, Constraint, Config, ceil_div, round_up
+from .base import Knob, Constraint, Config, NoFallback, ceil_div, round_up
 
 GEMM_KNOBS = (
     Knob("MWG", (64, 128, 32, 16), "rows of C (M) per work-group tile"),
@@ -119,11 +119,10 @@ def gemm_constraints(dims):
 def is_valid(variant, layer, cfg, target):
     """Every named constraint plus the device limits aotconv.space adds (work-group size, local
     memory, registers, occupancy): what the tuner would let through."""
-    from ..space import device_constraints
+    from ..space import constraints_of
     if variant.supports(layer) is not None:
         return False
-    cons = tuple(variant.constraints) + tuple(device_constraints(variant, target))
-    return all(con.check(layer, cfg, target) for con in cons)
+    return all(con.check(layer, cfg, target) for con in constraints_of(variant, target))
 
 
 def first_valid(variant, layer, target, extra_points, work_groups=None):
@@ -148,8 +147,8 @@ def first_valid(variant, layer, target, extra_points, work_groups=None):
             if wg > best_wg:
                 best, best_wg = cfg, wg
     if best is None:
-        raise AssertionError(f"{variant.name}: no fallback point is valid for layer {layer.name} "
-                             f"on {target.name}")
+        raise NoFallback(f"{variant.name}: no fallback point is valid for layer '{layer.name}' "
+                         f"on {target.name}")
     return best
 
 
