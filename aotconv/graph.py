@@ -6,28 +6,60 @@ flatten is free and every kernel sees one shape convention.
 Normalised layer attributes (spec.py produces them, variants and the reference read them):
 
     conv       out, kernel (kh, kw), stride (sh, sw), pad (top, left, bottom, right),
-               dilation (dh, dw), groups, bias, act, alpha
-    dense      out, bias, act, alpha
+               dilation (dh, dw), groups, bias, act, alpha [+ the act's extras]
+    dense      out, bias, act, alpha [+ extras]
     maxpool    kernel (kh, kw), stride (sh, sw), pad (ph, pw), ceil_mode
     avgpool    the same plus count_include_pad
     global_avgpool, softmax, concat, flatten, dropout (p)
-    relu / sigmoid / tanh / leaky_relu   act (= the op), alpha
+    an activation op (ACT_OPS)   act (= the op), alpha [+ extras]
     lrn        size, alpha, beta, k
-    add        act, alpha
-    batchnorm  eps, act, alpha
+    add        act, alpha [+ extras]
+    batchnorm  eps, act, alpha [+ extras]
 
-`act` is one of none, relu, sigmoid, tanh, leaky_relu; `alpha` is the leaky slope.
+`act` is one of ACTS. `alpha` is the slope of leaky_relu and hardsigmoid (0.01 and ignored for
+the other acts). The extras (ACT_EXTRAS) are present only on layers whose act reads them, so
+that a layer's signature, part of every tuning-record key, is the same as before they existed
+for every other layer: clip has `min` and `max` (a float, or None for no bound), hardsigmoid
+`beta`. Definitions (reference.act is the executable form):
+
+    relu6        min(max(x, 0), 6)
+    clip         min(max(x, min), max), a bound that is None left out
+    hardsigmoid  min(max(alpha * x + beta, 0), 1)
+    hardswish    x * min(max(x + 3, 0), 6) / 6
+    silu         x * sigmoid(x)
+    gelu         x / 2 * (1 + erf(x / sqrt(2)))
+    gelu_tanh    x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))
 """
 from dataclasses import dataclass, field
 
 from .names import c_ident  # noqa: F401  (where the other modules import it from)
 
-ACTS = ("none", "relu", "sigmoid", "tanh", "leaky_relu")
-ACT_OPS = ("relu", "sigmoid", "tanh", "leaky_relu")
+ACTS = ("none", "relu", "sigmoid", "tanh", "leaky_relu", "relu6", "clip", "hardsigmoid",
+        "hardswish", "silu", "gelu", "gelu_tanh")
+# every activation is also a layer op of the same name
+ACT_OPS = ACTS[1:]
+# the attributes an activation reads beyond `act` and `alpha`
+ACT_EXTRAS = {"clip": ("min", "max"), "hardsigmoid": ("beta",)}
 # ops that take a fused activation in their epilogue
 FUSABLE = ("conv", "dense", "add", "batchnorm")
 # ops that move no data: their output is their input's buffer
 ALIAS_OPS = ("flatten", "dropout")
+
+
+def act_attrs(attrs):
+    """The activation attributes of a layer's normalised attrs: act, alpha and its extras
+    (what fusing an activation layer into its producer copies)."""
+    kind = attrs["act"]
+    return {k: attrs[k] for k in ("act", "alpha") + ACT_EXTRAS.get(kind, ())}
+
+
+def act_monotone(attrs):
+    """Is the layer's activation non-decreasing? Then it commutes with a max (a fused max pool
+    may apply it once, after the max). hardswish, silu and the gelus dip below zero."""
+    kind = attrs.get("act", "none")
+    if kind in ("leaky_relu", "hardsigmoid"):
+        return attrs["alpha"] >= 0
+    return kind in ("none", "relu", "sigmoid", "tanh", "relu6", "clip")
 
 
 @dataclass

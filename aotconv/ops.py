@@ -4,7 +4,7 @@ spec.py validates the YAML against SCHEMA and calls `normalise` then `infer`; bo
 OpError(key, message), which spec.py turns into a SpecError naming file, line and layer.
 """
 
-from .graph import ACTS, ACT_OPS, count
+from .graph import ACTS, ACT_EXTRAS, ACT_OPS, count
 from .names import shown
 
 
@@ -14,11 +14,15 @@ class OpError(Exception):
         super().__init__(message)
 
 
-# op -> {key: (types, default)}; a default of REQUIRED means the key must be given.
+# op -> {key: (types, default)}; a default of REQUIRED means the key must be given, OPTIONAL
+# that the normalised attrs have the key only where it applies (the act extras, see graph.py).
 REQUIRED = object()
+OPTIONAL = object()
 _FLT_MIN = 1.1754943508222875e-38
 _int = (int,)
-_act = {"act": ((str,), "none"), "alpha": ((int, float), 0.01)}
+_num = (int, float)
+_act = {"act": ((str,), "none"), "alpha": (_num, 0.01), "beta": (_num, OPTIONAL),
+        "min": (_num, OPTIONAL), "max": (_num, OPTIONAL)}
 _size2 = (int, list)
 _pool = {"kernel": (_size2, REQUIRED), "stride": (_size2, None), "pad": (_size2, 0),
          "ceil_mode": ((bool,), False)}
@@ -31,6 +35,9 @@ SCHEMA = {
     "avgpool": {**_pool, "count_include_pad": ((bool,), False)},
     "global_avgpool": {},
     "relu": {}, "sigmoid": {}, "tanh": {}, "leaky_relu": {"alpha": ((int, float), 0.01)},
+    "relu6": {}, "clip": {"min": (_num, OPTIONAL), "max": (_num, OPTIONAL)},
+    "hardsigmoid": {"alpha": (_num, 0.2), "beta": (_num, 0.5)},
+    "hardswish": {}, "silu": {}, "gelu": {}, "gelu_tanh": {},
     "softmax": {},
     "lrn": {"size": (_int, REQUIRED), "alpha": ((int, float), 1e-4), "beta": ((int, float), 0.75),
             "k": ((int, float), 1.0)},
@@ -86,16 +93,17 @@ def normalise(op, raw):
     """Fill defaults and bring sizes to tuples; `raw` already has only known keys."""
     a = {}
     for key, (types, default) in SCHEMA[op].items():
-        a[key] = raw.get(key, default)
+        if default is not OPTIONAL or key in raw:
+            a[key] = raw.get(key, default)
     if op in ACT_OPS:
         a["act"] = op
         a.setdefault("alpha", 0.01)
-        if op != "leaky_relu":
+        if op not in ("leaky_relu", "hardsigmoid"):
             a["alpha"] = 0.01
     if "act" in a:
         if a["act"] not in ACTS:
             raise OpError("act", f"unknown activation '{shown(a['act'])}'; use one of {', '.join(ACTS)}")
-        a["alpha"] = float(a["alpha"])
+        _act_extras(a, raw)
     if op == "conv":
         a["kernel"] = _pair("kernel", a["kernel"])
         a["stride"] = _pair("stride", a["stride"])
@@ -135,6 +143,27 @@ def normalise(op, raw):
         if not 0.0 <= a["p"] < 1.0:
             raise OpError("p", f"the drop probability must be in [0, 1), got {a['p']}")
     return a
+
+
+def _act_extras(a, raw):
+    """Defaults and checks of the activation attributes; the extras (graph.ACT_EXTRAS) stay
+    only on a layer whose act reads them, so every other layer's signature is unchanged."""
+    kind = a["act"]
+    extras = ACT_EXTRAS.get(kind, ())
+    for key in ("beta", "min", "max"):
+        if key in raw and key not in extras:
+            users = [k for k, v in ACT_EXTRAS.items() if key in v]
+            raise OpError(key, f"'{key}' is a parameter of act {' and '.join(users)}, not of "
+                               f"act '{kind}'; remove it or change the act")
+        a.pop(key, None)
+    if kind == "hardsigmoid" and "alpha" not in raw:
+        a["alpha"] = 0.2                                # ONNX's default (PyTorch's is 1/6)
+    a["alpha"] = float(a["alpha"])
+    if kind == "hardsigmoid":
+        a["beta"] = float(raw.get("beta", 0.5))
+    elif kind == "clip":
+        for key in ("min", "max"):
+            a[key] = float(raw[key]) if key in raw else None
 
 
 def _conv_out(size, k, s, p0, p1, d, key, what):

@@ -1,6 +1,6 @@
 """Graph passes between the validated network and kernel choice: fusion and aliasing.
 
-- Activation layers (relu, sigmoid, tanh, leaky_relu) fold into the epilogue of the producer
+- Activation layers (graph.ACT_OPS) fold into the epilogue of the producer
   (conv, dense, add, batchnorm) when the producer has no activation yet, the activation is its
   only consumer and the producer's output is not itself a network output.
 - flatten and dropout move no data: their output tensor is their input's buffer.
@@ -13,7 +13,7 @@ Passes return a new Network; the input network is left as the spec produced it.
 """
 import copy
 
-from .graph import ACT_OPS, FUSABLE
+from .graph import ACT_OPS, FUSABLE, act_attrs, act_monotone
 from .ops import is_alias, pool_attrs, infer
 
 POOL_OPS = ("maxpool", "avgpool")
@@ -39,7 +39,7 @@ def fuse_activations(net):
         if (p is None or p.name in removed or p.op not in FUSABLE or p.attrs.get("act") != "none"
                 or users.get(p.name) != [l.name] or p.name in net.outputs):
             continue
-        p.attrs["act"], p.attrs["alpha"] = l.attrs["act"], l.attrs["alpha"]
+        p.attrs.update(act_attrs(l.attrs))
         p.fused.append(l.name)
         removed[l.name] = p.name
     if not removed:
@@ -61,8 +61,9 @@ def fusable_pools(net):
         if l.op not in POOL_OPS or len(l.inputs) != 1:
             continue
         p = by_name.get(l.inputs[0])
+        # conv_pool applies a max pool's act once, after the max: only a monotone act may
         if p is not None and p.op == "conv" and users.get(p.name) == [l.name] \
-                and p.name not in net.outputs:
+                and p.name not in net.outputs and (l.op == "avgpool" or act_monotone(p.attrs)):
             out.append((p.name, l.name))
     return out
 

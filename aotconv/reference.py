@@ -5,12 +5,16 @@ frameworks differ, PyTorch's (see DESIGN.md). Output shapes are taken from `laye
 (ops.infer), so the reference and the kernels agree on ceil_mode and `same` padding by
 construction; tests/test_reference.py checks those formulas independently.
 """
+import math
+
 import numpy as np
 
 from .graph import ACT_OPS
 
 
-def act(x, kind, alpha=0.01):
+def act(x, kind, alpha=0.01, beta=0.5, lo=None, hi=None):
+    """The activation `kind` (graph.ACTS; definitions in graph.py) of x: `alpha` for leaky_relu
+    and hardsigmoid, `beta` for hardsigmoid, the bounds lo / hi (None: none) for clip."""
     if kind == "none":
         return x
     if kind == "relu":
@@ -21,7 +25,33 @@ def act(x, kind, alpha=0.01):
         return 1.0 / (1.0 + np.exp(-x))
     if kind == "tanh":
         return np.tanh(x)
+    if kind == "relu6":
+        return np.minimum(np.maximum(x, 0.0), 6.0)
+    if kind == "clip":
+        y = x if lo is None else np.maximum(x, lo)
+        return y if hi is None else np.minimum(y, hi)
+    if kind == "hardsigmoid":
+        return np.minimum(np.maximum(alpha * x + beta, 0.0), 1.0)
+    if kind == "hardswish":
+        return x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0
+    if kind == "silu":
+        return x / (1.0 + np.exp(-x))
+    if kind == "gelu":
+        return 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
+    if kind == "gelu_tanh":
+        return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
     raise ValueError(kind)
+
+
+def act_of(x, a):
+    """The activation a layer's normalised attrs `a` name, applied to x."""
+    return act(x, a["act"], a["alpha"], a.get("beta", 0.5), a.get("min"), a.get("max"))
+
+
+def _erf(x):
+    """erf in float64 without scipy: math.erf elementwise (exact to double precision)."""
+    x = np.asarray(x, np.float64)
+    return np.vectorize(math.erf, otypes=[np.float64])(x) if x.size else x
 
 
 def _taps(xp, kh, kw, sh, sw, dh, dw, p, q):
@@ -61,7 +91,7 @@ def conv(x, w, b, a, out_shape):
     y = y.reshape(n, o, p, q)
     if b is not None:
         y += b.reshape(1, o, 1, 1)
-    return act(y, a["act"], a["alpha"])
+    return act_of(y, a)
 
 
 def pool(x, a, out_shape, kind):
@@ -137,7 +167,7 @@ def forward(layer, inputs, params):
     x = xs[0]
     prm = {k: np.asarray(v, np.float64) for k, v in (params or {}).items()}
     if op in ACT_OPS:
-        return act(x, a["act"], a["alpha"])
+        return act_of(x, a)
     if op == "conv":
         return conv(x, prm["weight"], prm.get("bias"), a, layer.out_shape)
     if op == "dense":
@@ -145,7 +175,7 @@ def forward(layer, inputs, params):
         y = x.reshape(n, -1) @ prm["weight"].T
         if "bias" in prm:
             y = y + prm["bias"]
-        return act(y, a["act"], a["alpha"]).reshape(n, -1, 1, 1)
+        return act_of(y, a).reshape(n, -1, 1, 1)
     if op == "maxpool":
         return pool(x, a, layer.out_shape, "max")
     if op == "avgpool":
@@ -159,11 +189,11 @@ def forward(layer, inputs, params):
     if op == "concat":
         return np.concatenate(xs, axis=1)
     if op == "add":
-        return act(sum(xs[1:], xs[0].copy()), a["act"], a["alpha"])
+        return act_of(sum(xs[1:], xs[0].copy()), a)
     if op == "batchnorm":
         sc = prm["gamma"] / np.sqrt(prm["var"] + a["eps"])
         y = (x - prm["mean"].reshape(1, -1, 1, 1)) * sc.reshape(1, -1, 1, 1)
-        return act(y + prm["beta"].reshape(1, -1, 1, 1), a["act"], a["alpha"])
+        return act_of(y + prm["beta"].reshape(1, -1, 1, 1), a)
     if op == "dropout":
         return x
     if op == "flatten":

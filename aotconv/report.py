@@ -2,6 +2,7 @@
 from collections import defaultdict
 
 from . import __version__
+from .graph import ACT_OPS
 from .ops import is_alias, flops as op_flops
 
 
@@ -47,8 +48,7 @@ def write_report(res, path):
         op = l.op + ("+" + "+".join(l.fused) if l.fused else "")
         # the conv's own act, unless an act layer was fused (a conv_pool's last fused is its pool)
         acts = l.fused[:-1] if l.op == "conv_pool" else l.fused
-        if l.attrs.get("act", "none") != "none" and not acts and l.op not in ("relu", "sigmoid",
-                                                                             "tanh", "leaky_relu"):
+        if l.attrs.get("act", "none") != "none" and not acts and l.op not in ACT_OPS:
             op += f" ({l.attrs['act']})"
         ms = per_layer.get(l.name)
         gf = fl / (ms * 1e6) if ms else None

@@ -3,13 +3,16 @@
 Every op of DESIGN.md maps onto PyTorch's own (whose semantics aotconv follows where
 frameworks differ): conv (asymmetric `same` padding as an explicit F.pad), dense (the input
 flattened in C, H, W order), max/avg pooling with ceil_mode and count_include_pad,
-global_avgpool, the activations, softmax over channels, LocalResponseNorm, concat, add,
-batchnorm (inference), dropout (identity) and flatten. Tensors keep aotconv's convention: 4-D
-NCHW, dense outputs (N, F, 1, 1), so every intermediate can be compared with ours.
+global_avgpool, the activations (relu6, hardswish, silu and gelu as PyTorch's own; clip and
+hardsigmoid with their alpha and beta as clamps), softmax over channels, LocalResponseNorm,
+concat, add, batchnorm (inference), dropout (identity) and flatten. Tensors keep aotconv's
+convention: 4-D NCHW, dense outputs (N, F, 1, 1), so every intermediate can be compared with
+ours.
 """
 import numpy as np
 
 from .bench.refs.torch_ref import apply_act
+from .graph import ACT_OPS
 
 
 def build(net, params, device="cpu"):
@@ -28,15 +31,18 @@ def build(net, params, device="cpu"):
             super().__init__()
             self.net = net
             self.tensors = nn.ParameterDict()
+            # ParameterDict keys may not contain '.', which layer names may (`features.0.0`)
+            self.keys = {}
             for lname, ts in params.items():
                 for tname, arr in ts.items():
-                    self.tensors[_key(lname, tname)] = nn.Parameter(
+                    self.keys[lname, tname] = k = f"t{len(self.keys)}"
+                    self.tensors[k] = nn.Parameter(
                         torch.from_numpy(np.ascontiguousarray(arr, np.float32)),
                         requires_grad=False)
 
         def p(self, layer, tensor):
-            k = _key(layer.name, tensor)
-            return self.tensors[k] if k in self.tensors else None
+            k = self.keys.get((layer.name, tensor))
+            return self.tensors[k] if k is not None else None
 
         def forward(self, x):
             values = {"input": x}
@@ -56,10 +62,10 @@ def build(net, params, device="cpu"):
                     pad = (pt, pl)
                 y = F.conv2d(x, self.p(l, "weight"), self.p(l, "bias"), stride=tuple(a["stride"]),
                              padding=pad, dilation=tuple(a["dilation"]), groups=a["groups"])
-                return apply_act(y, a["act"], a["alpha"])
+                return act(y, a)
             if op == "dense":
                 y = F.linear(x.reshape(x.shape[0], -1), self.p(l, "weight"), self.p(l, "bias"))
-                return apply_act(y, a["act"], a["alpha"]).reshape(x.shape[0], -1, 1, 1)
+                return act(y, a).reshape(x.shape[0], -1, 1, 1)
             if op == "maxpool":
                 return F.max_pool2d(x, tuple(a["kernel"]), tuple(a["stride"]), tuple(a["pad"]),
                                     ceil_mode=a["ceil_mode"])
@@ -69,8 +75,8 @@ def build(net, params, device="cpu"):
                                     count_include_pad=a["count_include_pad"])
             if op == "global_avgpool":
                 return x.mean(dim=(2, 3), keepdim=True)
-            if op in ("relu", "sigmoid", "tanh", "leaky_relu"):
-                return apply_act(x, a["act"], a["alpha"])
+            if op in ACT_OPS:
+                return act(x, a)
             if op == "softmax":
                 return torch.softmax(x, dim=1)
             if op == "lrn":
@@ -81,11 +87,11 @@ def build(net, params, device="cpu"):
                 y = ins[0]
                 for other in ins[1:]:
                     y = y + other
-                return apply_act(y, a["act"], a["alpha"])
+                return act(y, a)
             if op == "batchnorm":
                 y = F.batch_norm(x, self.p(l, "mean"), self.p(l, "var"), self.p(l, "gamma"),
                                  self.p(l, "beta"), training=False, eps=a["eps"])
-                return apply_act(y, a["act"], a["alpha"])
+                return act(y, a)
             if op == "dropout":
                 return x
             if op == "flatten":
@@ -95,6 +101,23 @@ def build(net, params, device="cpu"):
     return Net().to(device).eval()
 
 
-def _key(layer, tensor):
-    # ParameterDict keys may not contain '.'
-    return f"{layer}__{tensor}"
+def act(y, a):
+    """The activation a layer's normalised attrs `a` name (graph.py), in PyTorch."""
+    import torch
+    import torch.nn.functional as F
+    kind = a["act"]
+    if kind == "relu6":
+        return F.relu6(y)
+    if kind == "clip":
+        return y if a["min"] is None and a["max"] is None else torch.clamp(y, a["min"], a["max"])
+    if kind == "hardsigmoid":
+        return torch.clamp(a["alpha"] * y + a["beta"], 0.0, 1.0)
+    if kind == "hardswish":
+        return F.hardswish(y)
+    if kind == "silu":
+        return F.silu(y)
+    if kind == "gelu":
+        return F.gelu(y)
+    if kind == "gelu_tanh":
+        return F.gelu(y, approximate="tanh")
+    return apply_act(y, kind, a["alpha"])

@@ -1,11 +1,11 @@
-"""Standalone activation layers (relu, sigmoid, tanh, leaky_relu) that could not be fused."""
+"""Standalone activation layers (every op of graph.ACT_OPS) that could not be fused."""
 from .base import Variant, Knob, Constraint, Launch, In, Out, ceil_div, round_up
-from ..graph import count
+from ..graph import ACT_OPS, count
 
 
 class Eltwise(Variant):
     name = "eltwise"
-    ops = ("relu", "sigmoid", "tanh", "leaky_relu")
+    ops = ACT_OPS
     template = "kernels/eltwise.cl.mako"
     constraints = (
         Constraint("vec_not_wasteful", "software",

@@ -1,6 +1,9 @@
 ## Shared Mako helpers for kernel templates.
-## act(kind, alpha, x): the fused activation applied to the float expression x.
-<%def name="act(kind, alpha, x)" filter="trim">
+## act(kind, alpha, x): the fused activation applied to the float expression x. The acts with
+## more parameters than alpha (clip's bounds, hardsigmoid's beta) and the longer formulas are
+## inline functions act_<kind>(x) that helpers() defines from the layer's attrs (the render
+## namespace's `attrs`, or `p` where a template passes them).
+<%def name="act(kind, alpha, x, p=None)" filter="trim">
 % if kind == "none":
 ${x}
 % elif kind == "relu":
@@ -11,17 +14,62 @@ leaky(${x}, ${flt(alpha)})
 (1.0f / (1.0f + exp(-(${x}))))
 % elif kind == "tanh":
 tanh(${x})
+% elif kind == "relu6":
+fmin(fmax(${x}, 0.0f), 6.0f)
+% else:
+act_${_act_fn(kind, p if p is not None else context.get("attrs"))}(${x})
 % endif
 </%def>
-## helpers(): small inline functions every kernel file may use.
-<%def name="helpers()">
+## helpers(p=None): small inline functions every kernel file may use; with an activation that
+## needs one (see act), its act_<kind> too.
+<%def name="helpers(p=None)">
 inline float leaky(float x, float a) { return x > 0.0f ? x : a * x; }
+<% a = p if p is not None else context.get("attrs") %>\
+% if isinstance(a, dict) and a.get("act") in _ACT_BODIES:
+inline float act_${a["act"]}(float x) { return ${_act_body(a)}; }
+% endif
 </%def>
 ## flt(v): v as an OpenCL float literal that always parses ("1.0f", not "1f").
 <%!
 def _flt(v):
     s = "%.9g" % float(v)
     return (s if any(ch in s for ch in ".e") else s + ".0") + "f"
+
+
+# the acts written as an inline function act_<kind>(x), and its body
+_ACT_BODIES = ("clip", "hardsigmoid", "hardswish", "silu", "gelu", "gelu_tanh")
+
+
+def _act_body(a):
+    kind = a["act"]
+    if kind == "clip":
+        body = "x"
+        if a["min"] is not None:
+            body = "fmax(%s, %s)" % (body, _flt(a["min"]))
+        if a["max"] is not None:
+            body = "fmin(%s, %s)" % (body, _flt(a["max"]))
+        return body
+    if kind == "hardsigmoid":
+        return "fmin(fmax(%s * x + %s, 0.0f), 1.0f)" % (_flt(a["alpha"]), _flt(a["beta"]))
+    if kind == "hardswish":
+        return "x * (fmin(fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f)"
+    if kind == "silu":
+        return "x / (1.0f + exp(-x))"
+    if kind == "gelu":
+        return "0.5f * x * (1.0f + erf(x * 0.707106781f))"
+    if kind == "gelu_tanh":
+        return "0.5f * x * (1.0f + tanh(0.797884561f * (x + 0.044715f * x * x * x)))"
+    raise ValueError(kind)
+
+
+def _act_fn(kind, a):
+    """The name suffix of act_<kind>, checked against the attrs helpers() defined it from."""
+    if kind not in _ACT_BODIES:
+        raise ValueError("unknown activation %r" % (kind,))
+    if not isinstance(a, dict) or a.get("act") != kind:
+        raise ValueError("act %r needs the layer's attrs (act_%s is defined by helpers())"
+                         % (kind, kind))
+    return kind
 %>
 <%def name="flt(v)" filter="trim">
 ${_flt(v)}
