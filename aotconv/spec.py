@@ -157,7 +157,11 @@ _Loader.add_implicit_resolver(
 
 def _parse(text, file):
     """Compose `text` into a _Map tree; YAML syntax errors become SpecErrors at their line."""
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as e:        # a character YAML refuses (NUL, controls)
+        raise SpecError(f"invalid YAML: character {e.character:#x}: {e.reason}; remove it",
+                        file=file, line=text[:e.position].count("\n") + 1) from None
     try:
         root = loader.get_single_node()
         if root is None:

@@ -238,6 +238,17 @@ def test_malformed_yaml(tmp_path):
     assert "invalid YAML" in msg
 
 
+def test_a_character_yaml_refuses_is_an_error_at_its_line(tmp_path):
+    p = write(tmp_path, """
+        name: t
+        input: [1, 3, 8, 8]
+        layers:
+          - {name: c1, op: relu}
+    """ + "\x00\n")
+    msg = located_error(p, 5, None, None)
+    assert "invalid YAML: character 0x0" in msg
+
+
 def test_unknown_top_level_key(tmp_path):
     p = write(tmp_path, """
         name: t
@@ -358,7 +369,7 @@ def test_unknown_top_level_key(tmp_path):
     """, 4, "a", "inputs", ["exactly 1 input"]),
     # bad values caught by normalisation
     ("""
-      - {name: a, op: conv, out: 2, kernel: 1, act: gelu}
+      - {name: a, op: conv, out: 2, kernel: 1, act: swish}
     """, 4, "a", "act", ["relu"]),
 ])
 def test_layer_errors_are_located(tmp_path, body, line, layer, key, words):
