@@ -42,8 +42,10 @@ class Target:
     global_mem_bytes: int = 0   # all buffers together (global memory, within the address width)
 
     def summary(self):
+        mem = (f", buffers up to {self.max_alloc_bytes / 2**30:.1f} of "
+               f"{self.global_mem_bytes / 2**30:.1f} GiB" if self.global_mem_bytes else "")
         return (f"{self.name}: {self.description} ({self.compute_units} CUs, "
-                f"{self.peak_gflops:.0f} GFLOP/s, {self.peak_gbps:.0f} GB/s)")
+                f"{self.peak_gflops:.0f} GFLOP/s, {self.peak_gbps:.0f} GB/s{mem})")
 
 
 TARGETS = {t.name: t for t in [
