@@ -9,6 +9,7 @@ from .eltwise import Eltwise
 from .conv_pool import ConvPoolDirect
 from .layout_convert import LayoutConvert
 from .conv_direct import ConvDirect
+from .conv_depthwise import ConvDepthwise
 from .dense_direct import DenseDirect
 from .pool import PoolDirect
 from .global_avgpool import GlobalAvgpoolDirect
@@ -29,6 +30,7 @@ VARIANTS = [
     Eltwise(),
     ConvPoolDirect(),
     LayoutConvert(),
+    ConvDepthwise(),            # before conv_direct: the fallback of depthwise layers
     ConvDirect(),
     DenseDirect(),
     PoolDirect(),
