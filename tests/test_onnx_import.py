@@ -328,8 +328,8 @@ def test_batchnorm_training_mode_is_rejected(tmp_path):
 # Gemm, MatMul, Flatten, Reshape
 
 
-@pytest.mark.parametrize("trans_b, alpha, beta, c_shape", [(0, 1.0, 1.0, None), (1, 0.5, 2.0, [5]),
-                                                           (0, 1.0, 0.5, [1, 5]), (1, 2.0, 1.0, [])])
+@pytest.mark.parametrize("trans_b, alpha, beta, c_shape", [
+    (0, 1.0, 1.0, None), (1, 0.5, 2.0, [5]), (0, 1.0, 0.5, [1, 5]), (1, 2.0, 1.0, [])])
 def test_gemm_is_dense(tmp_path, trans_b, alpha, beta, c_shape):
     b = rand(5, 6) if trans_b else rand(6, 5)
     inits = {"b": b}
@@ -644,3 +644,20 @@ def test_check_falls_back_to_numpy_where_onnxruntime_lacks_the_op(tmp_path, caps
     y = ref(x)
     assert ref.name == "numpy" and "onnxruntime cannot run the model" in capsys.readouterr().err
     assert y[0].shape == (2, 5, 7, 1)
+
+
+def test_two_nodes_of_one_name_keep_their_own_folded_weights(tmp_path):
+    # node names need not be unique in ONNX: each BN keeps its own folded scale and bias
+    inits = dict(_bn_inits(3), m1=rand(3, 1, 1), m2=rand(3, 1, 1))
+    inits.update({f"{k}2": rand(3) for k in ("s", "b", "mean")}, var2=np.abs(rand(3)) + 0.5)
+    m = model([node("BatchNormalization", ["x", "s", "b", "mean", "var"], ["t"], name="bn"),
+               node("Mul", ["t", "m1"], ["u"]),
+               node("BatchNormalization", ["u", "s2", "b2", "mean2", "var2"], ["v"], name="bn"),
+               node("Mul", ["v", "m2"])], [2, 3, 4, 4], inits=inits)
+    im = imp(tmp_path, m, check=False)       # onnxruntime refuses repeated node names
+    assert [l["name"] for l in im.description["layers"]] == ["bn", "bn_2"]
+    from onnx.reference import ReferenceEvaluator
+    from aotconv.reference import run_network
+    x = rand(2, 3, 4, 4)
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    assert np.allclose(run_network(im.network, x, im.params)[0], want, rtol=1e-5, atol=1e-5)

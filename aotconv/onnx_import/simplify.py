@@ -126,7 +126,9 @@ def fold_batchnorm_affine(g):
             else:
                 bias = bias + v
             for i, a in ((1, scale), (2, bias)):
-                t = f"{bn.name}::{'scale' if i == 1 else 'bias'}"
+                # named after the folded node's output: tensor names are unique, node
+                # names need not be
+                t = f"{nxt.outputs[0]}::{'scale' if i == 1 else 'bias'}"
                 g.consts[t] = a.astype(np.float32)
                 bn.inputs[i] = t
             bn.outputs[0] = nxt.outputs[0]
@@ -243,7 +245,7 @@ def _absorb_bias(g, n):
         old = np.zeros(shape[1]) if c is None else _row_vector(c, shape[1])
         if old is None:
             return
-        t = f"{n.name}::bias"
+        t = f"{nxt.outputs[0]}::bias"
         g.consts[t] = (float(n.attr("beta", 1.0)) * old + v).astype(np.float32)
         n.inputs = (n.inputs + ["", ""])[:2] + [t]
         n.attrs["beta"] = 1.0
