@@ -17,6 +17,7 @@ trigraph or splice a line, whatever produced it.
   `AOTCONV_<NET>_PARAM_<C NAME>_...`, so a layer may be called `N`, `int` or `kernel`.
 """
 import re
+import reprlib
 
 MAX_LAYER_NAME = 128
 MAX_NET_NAME = 64
@@ -83,13 +84,20 @@ def net_name_problem(name):
     return None
 
 
+class _Repr(reprlib.Repr):
+    def repr_int(self, x, level):
+        # repr() of an int past 4300 digits raises; its size says enough
+        if x.bit_length() > 128:
+            return f"{'-' if x < 0 else ''}<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
 def shown(value, limit=40):
     """`value` as safe one-line text for a message: escaped, at most `limit` characters."""
     if isinstance(value, str):
         s = ascii(value)[1:-1]
     else:
-        import reprlib
-        r = reprlib.Repr()
+        r = _Repr()
         r.maxstring, r.maxother, r.maxlevel = limit, limit, 3
         s = r.repr(value)
         s = ascii(s)[1:-1] if not s.isascii() else s

@@ -403,3 +403,13 @@ def test_layers_named_like_keywords_and_macros_build_and_run(tmp_path):
     for o, r in zip(outs, refs):
         ok, err = close(o, r)
         assert ok, err
+
+
+def test_messages_show_huge_integers_by_their_size():
+    from aotconv.names import shown
+    from aotconv.spec import network_from_dict
+    assert shown(10 ** 5000) == "<an integer of 16610 bits>"
+    assert "16610 bits" in shown([1, {"k": 10 ** 5000}])
+    with pytest.raises(SpecError) as ei:
+        network_from_dict({"name": 10 ** 5000, "input": [1, 1, 1, 1], "layers": []})
+    assert "\n" not in str(ei.value) and "16610 bits" in str(ei.value)
