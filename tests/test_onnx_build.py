@@ -159,6 +159,9 @@ def test_cli_symbolic_input_needs_input_shape(tmp_path, capsys):
 def test_without_the_onnx_package_an_onnx_source_is_one_line(tmp_path, capsys, monkeypatch):
     path = save(small_cnn(), tmp_path / "cnn.onnx")
     monkeypatch.setitem(sys.modules, "onnx", None)          # import onnx -> ImportError
-    assert main(["import", path, "-o", str(tmp_path / "c.yaml")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "pip install 'aotconv[onnx]'" in err
+    for argv in (["import", path, "-o", str(tmp_path / "c.yaml")],
+                 ["build", path, "--target", "pocl-cpu", "--no-tune", "-o", str(tmp_path / "b")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "pip install 'aotconv[onnx]'" in err
+    assert not (tmp_path / "c.yaml").exists() and not (tmp_path / "b").exists()
