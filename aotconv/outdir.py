@@ -166,7 +166,7 @@ def _read_marker(p):
         for name in staging:
             if not (isinstance(name, str) and name.startswith(STAGING_PREFIX) and "/" not in name):
                 raise ValueError(f"bad staging entry {name!r}")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise _err(m, f"not a readable aotconv build record ({e})",
                    f"{_CHOOSE}, or remove {p} yourself") from None
     return doc

@@ -164,6 +164,8 @@ def _read_meta(path):
                               "param_count) is missing or has the wrong type"
     except (OSError, UnicodeDecodeError, ValueError, TypeError) as e:
         why = str(e)
+    except RecursionError:
+        why = "nested too deeply"
     if why:
         raise AotconvError(f"{path}: damaged build metadata ({why}); rebuild the directory "
                            f"with `aotconv build NET -o {path.parent}`")

@@ -29,6 +29,7 @@ import time
 
 from .. import __version__
 from ..errors import AotconvError
+from ..names import one_line
 from .measure import Outcome, Status
 
 FORMAT = 1
@@ -80,7 +81,10 @@ _DEVICE_FIELDS = ("vendor", "name", "driver")
 
 
 def _number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    # an int past a float's range is no measurement (and math.isfinite would raise on it)
+    return v.bit_length() <= 64 if isinstance(v, int) else math.isfinite(v)
 
 
 def _knob_value(v):
@@ -160,6 +164,9 @@ def read_records(path):
             except UnicodeDecodeError:
                 damaged.append((n, "not UTF-8"))
                 continue
+            except RecursionError:
+                damaged.append((n, "nested too deeply to be a record"))
+                continue
             except ValueError as e:
                 torn = not raw.endswith(b"\n")
                 damaged.append((n, "cut short (the last line, no newline)" if torn
@@ -182,7 +189,7 @@ def _warn_damaged(path, damaged):
     _warned[str(path)] = len(damaged)
     shown = "; ".join(f"line {n}: {why}" for n, why in damaged[:3])
     more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
-    print(f"aotconv: warning: {path}: skipped {len(damaged)} damaged tuning "
+    print(f"aotconv: warning: {one_line(path)}: skipped {len(damaged)} damaged tuning "
           f"record{'s' if len(damaged) > 1 else ''} ({shown}{more}); the other records are "
           f"used; delete those lines to silence this", file=sys.stderr, flush=True)
 
@@ -198,7 +205,7 @@ def _load_file(path, required=False):
                                f"{e.strerror or e}") from None
         if _warned.get(str(path)) != "unreadable":
             _warned[str(path)] = "unreadable"
-            print(f"aotconv: warning: {path}: cannot read tuning records "
+            print(f"aotconv: warning: {one_line(path)}: cannot read tuning records "
                   f"({e.strerror or e}); going on without them", file=sys.stderr, flush=True)
         return [], 0
     _warn_damaged(path, damaged)
@@ -313,7 +320,7 @@ class Store:
             try:
                 append_line(p, line)
             except OSError as e:
-                print(f"aotconv: warning: cannot append a tuning record to {p}: {e}",
+                print(f"aotconv: warning: cannot append a tuning record to {one_line(p)}: {e}",
                       file=sys.stderr)
         if self._by_op is not None:
             self._by_op.setdefault((rec["op"], rec["variant"]), []).append(rec)
