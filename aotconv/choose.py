@@ -12,8 +12,11 @@ histogram need: counts of candidates tried / pruned / failed by kind, every vali
 """
 from dataclasses import dataclass, field, asdict
 
+from .context import BuildContext
 from .errors import AotconvError
+from .fits import check_memory
 from .ops import is_alias, flops as op_flops, bytes_moved
+from .tune import search
 from .variants import BY_NAME
 from .variants.base import Config
 
@@ -129,65 +132,44 @@ def _choice_of(result, source):
     return Choice(result.best.variant, result.best.cfg, result.best_outcome.time_ms, source, st)
 
 
-def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=None,
-           require_tuned=False, quiet=False, json_progress=False, jobs=None, seed=0,
-           progress=None, measurer=None, only=None, share="cost", where=None):
+def choose(net, ctx, *, only=None, **options):
     """{layer name: Choice} for every layer that runs a kernel (aliases excluded).
 
-    budget: trials (200), time ('10m') or None (up to 64 trials per unique layer), shared
-    among the unique layers by roofline cost (share="cost": the network's time) or equally
-    (share="equal": independent layers each judged on its own, as the benchmark sets are);
-    strategy: a name from tune.strategies (options as 'annealing:T=6'); jobs: parallel
-    compiles (default: every core); only: layer names to consider (the rest are left out);
-    where: 'VARIANT:KNOB=V/V,...' texts (`--where`) that narrow the search to those variants
-    and knob values (records and fallbacks are unaffected).
-    """
-    from .fits import check_memory
-    from .targets import get_target, find_device, with_limits, device_identity
-    from .tune import strategies
-    from .tune.records import Store
-    from .tune.progress import Progress
-    from .tune import search
+    `ctx` is a BuildContext (aotconv.context), or a target (name or profile) with the
+    BuildContext.make options: mode, budget, strategy, tuning_db, require_tuned, quiet,
+    json_progress, jobs, seed, progress, measurer, share, where. `only`: layer names to
+    consider (the rest are left out).
 
-    if isinstance(target, str):
-        target = get_target(target)
-    if mode not in ("tune", "records", "fallback"):
-        raise AotconvError(f"unknown choice mode '{mode}'; use tune, records or fallback")
-    strategy = strategy or strategies.DEFAULT
-    strategies.parse(strategy)
-    from .space import parse_where
-    where = parse_where(where)
+    The budget (trials, '10m' or None: up to 64 trials per unique layer) is shared among the
+    unique layers by roofline cost (share="cost": the network's time) or equally
+    (share="equal": independent layers each judged on its own, as the benchmark sets are);
+    `where` restrictions narrow the search to some variants and knob values (records and
+    fallbacks are unaffected).
+    """
+    if not isinstance(ctx, BuildContext):
+        with BuildContext.make(ctx, **options) as own:
+            return choose(net, own, only=only)
+    if options:
+        raise TypeError(f"choose() with a BuildContext takes no options: {', '.join(options)}")
     layers = [l for l in net.layers if not is_alias(l) and (only is None or l.name in only)]
     groups = search.unique_layers(layers)
-    progress = progress or Progress.make(quiet=quiet, json_progress=json_progress)
 
     # before anything is tuned, built or allocated: every tensor within the device's memory
     # (the live device's figures when it is here)
-    found = find_device(target)
-    check_memory(net, with_limits(target, found[1]) if found is not None else target, layers)
+    check_memory(net, ctx.target, layers)
 
-    if mode == "fallback":
-        return {l.name: fallback_choice(l, target) for l in layers}
+    if ctx.mode == "fallback":
+        # the profile's own limits, as a build for an absent device would use them
+        return {l.name: fallback_choice(l, ctx.profile) for l in layers}
 
-    device = device_identity(*found) if found is not None else None
-    store = Store.default(target, tuning_db)
-    if mode == "tune" and found is not None:
-        live = with_limits(target, found[1])
-        from .tune.measure import Measurer
-        own = measurer is None
-        measurer = measurer or Measurer(live, jobs=jobs)
-        try:
-            results = search.tune_network(groups, live, measurer, store, device, budget=budget,
-                                          strategy=strategy, seed=seed, progress=progress,
-                                          share_by=share, where=where)
-        finally:
-            if own:
-                measurer.close()
+    if ctx.tuning:
+        results = search.tune_network(groups, ctx.target, ctx.measurer(), ctx.store, ctx.device,
+                                      budget=ctx.budget, strategy=ctx.strategy, seed=ctx.seed,
+                                      progress=ctx.progress, share_by=ctx.share,
+                                      where=ctx.where)
         source = "tuned"
     else:
-        if found is not None:
-            target = with_limits(target, found[1])
-        results = search.records_only(groups, target, store, device)
+        results = search.records_only(groups, ctx.target, ctx.store, ctx.device)
         source = "record"
 
     out, untuned = {}, []
@@ -199,17 +181,18 @@ def choose(net, target, *, mode="tune", budget=None, strategy=None, tuning_db=No
         for l in g:
             out[l.name] = c
     if untuned:
-        why = ("no matching OpenCL device is present" if found is None else
-               "the device is present but records were asked for" if mode == "records" else
+        why = ("no matching OpenCL device is present" if not ctx.present else
+               "the device is present but records were asked for" if ctx.mode == "records" else
                "no candidate ran correctly")
-        msg = (f"target '{target.name}': {why}; {len(untuned)} of {len(layers)} layers have no "
+        name = ctx.profile.name
+        msg = (f"target '{name}': {why}; {len(untuned)} of {len(layers)} layers have no "
                f"tuning record and use their untuned fallback: {', '.join(untuned)}. Tune them "
-               f"with `aotconv tune NET --target {target.name}` on that device, or pass "
+               f"with `aotconv tune NET --target {name}` on that device, or pass "
                f"--tuning-db FILE.")
-        if require_tuned:
+        if ctx.require_tuned:
             raise AotconvError(msg.replace("use their untuned fallback",
                                            "--require-tuned refuses the untuned fallback"))
-        progress.warn(msg)
+        ctx.progress.warn(msg)
     return {l.name: out[l.name] for l in layers}
 
 

@@ -11,12 +11,13 @@ from . import params as params_mod
 from . import fusion, layouts, passes, spec
 from .build import build as ninja_build
 from .choose import choose
+from .context import BuildContext
 from .emit import emit
 from .graph import Network
 from .outdir import OutputDir
 from .report import write_report
 from .schedule import build_schedule, c_ident
-from .targets import find_device, get_target
+from .targets import get_target
 
 
 @dataclass
@@ -39,20 +40,28 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
                     tune_mode="tune", budget=None, strategy=None, tuning_db=None,
                     require_tuned=False, check=False, measure=True, quiet=False, json_progress=False,
                     jobs=None, fuse_pool="measure", input_shapes=None):
+    """Build the library of `source` (a net.yaml, a shipped network's name or an .onnx model)
+    for `target` into `outdir`; the keywords are `aotconv build`'s options."""
     t0 = time.time()
     tgt = get_target(target)
     imported = _import_onnx(source, batch, input_shapes)
     net0 = imported.network if imported else spec.load_network(source, batch=batch)
+    # the user's weights are read and checked before anything is tuned
+    flat = (params_mod.from_npz(net0, weights) if weights else
+            imported.params if imported else None)
     net = passes.optimise(net0)
     outdir = Path(outdir or Path("build") / net.name)
-    # checked, locked and marked before any kernel is built; everything is written under
-    # od.staging and moved into place at the end (aotconv.outdir)
-    with OutputDir(outdir, network=net.name, quiet=quiet) as od:
+    job = _Job(net0, flat, seed, check, measure, fuse_pool, imported,
+               reference_ok=imported is not None and not weights)
+    # the output directory is checked, locked and marked before any kernel is built;
+    # everything is written under od.staging and moved into place at the end (aotconv.outdir)
+    with BuildContext.make(tgt, mode=tune_mode, tuning_db=tuning_db, budget=budget,
+                           strategy=strategy, jobs=jobs, require_tuned=require_tuned,
+                           quiet=quiet, json_progress=json_progress) as ctx, \
+            OutputDir(outdir, network=net.name, quiet=quiet) as od:
         log(f"aotconv: {net.name}: {len(net0.layers)} layers ({len(net.layers)} after fusion), "
             f"target {tgt.name}, output {outdir}", quiet)
-        res = _build_into(od, net0, net, tgt, weights, seed, tune_mode, budget, strategy,
-                          tuning_db, require_tuned, check, measure, quiet, json_progress, jobs,
-                          fuse_pool, imported)
+        res = _build_into(od, ctx, net, job, quiet)
         od.commit()
     res.outdir = outdir
     log(f"aotconv: built {outdir}/lib{c_ident(net.name)}.so and .a "
@@ -60,47 +69,56 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     return res
 
 
-def _build_into(od, net0, net, tgt, weights, seed, tune_mode, budget, strategy, tuning_db,
-                require_tuned, check, measure, quiet, json_progress, jobs, fuse_pool,
-                imported=None):
+@dataclass
+class _Job:
+    """What a build makes besides the kernels: the network as written, its parameters, and
+    what to do with the library once it is built."""
+    net0: object             # the network before passes (parameters follow its layout)
+    flat: object             # the parameters given (weights file, ONNX initializers), or None
+    seed: int                # seeds the random parameters and the check's input
+    check: bool
+    measure: bool
+    fuse_pool: str
+    imported: object = None  # the ONNX import, whose reference --check may use
+    reference_ok: bool = False
+
+
+def _build_into(od, ctx, net, job, quiet):
     """Everything of a build written into the staging directory `od.staging`."""
     stage = od.staging
-    choose_kw = dict(mode=tune_mode, budget=budget, strategy=strategy, tuning_db=tuning_db,
-                     require_tuned=require_tuned, quiet=quiet, json_progress=json_progress,
-                     jobs=jobs)
 
     def choose_only(n, only):
-        return choose(n, tgt, only=only, **choose_kw)
+        return choose(n, ctx, only=only)
 
     def choose_conversions(layers):
         n = Network(net.name, net.input_shape, layers, [layers[-1].name])
         return choose_only(n, [l.name for l in layers])
 
-    choices = choose(net, tgt, **choose_kw)
+    choices = choose(net, ctx)
     # pools fused where measured faster, then layouts across the network (aotconv.fusion,
     # aotconv.layouts); build_schedule inserts the conversions the layouts still need
-    net, choices, fused = fusion.apply(net, choices, tgt, fuse_pool, tune_mode, choose_only)
-    choices, layout_plan = layouts.plan_network(net, choices, tgt, tune_mode, tuning_db,
-                                                choose_only)
-    sch = build_schedule(net, choices, convert=choose_conversions)
+    net, choices, fused = fusion.apply(net, choices, ctx.profile, job.fuse_pool, ctx.mode,
+                                       choose_only)
+    choices, layout_plan = layouts.plan_network(net, choices, ctx)
+    sch = build_schedule(net, choices, convert=choose_conversions, source=job.net0)
     sch.fusion, sch.layout_plan = fused, layout_plan
     net = sch.net
     if fused or sch.conversions:
         log(f"aotconv: {sum(d.fused for d in fused)} of {len(fused)} pools fused into their "
             f"conv; {len(sch.conversions)} layout conversions inserted", quiet)
-    emit(sch, tgt, stage, prefix=od.path)
-    flat = (params_mod.from_npz(net0, weights) if weights else imported.params if imported
-            else params_mod.random_params(net0, seed=seed))
+    emit(sch, ctx.profile, stage, prefix=od.path)
+    flat = job.flat if job.flat is not None else params_mod.random_params(job.net0, seed=job.seed)
     params_mod.write_bin(stage / f"{c_ident(net.name)}.params.bin", flat)
     ninja_build(stage)
 
-    res = BuildResult(od.path, net, sch, tgt)
-    if measure and find_device(tgt) is not None:
-        ref = imported.reference() if imported and check and not weights else None
-        res.profile, res.check_error = measure_library(stage, net0, flat, seed, check, ref=ref)
+    res = BuildResult(od.path, net, sch, ctx.profile)
+    if job.measure and ctx.present:
+        ref = job.imported.reference() if job.reference_ok and job.check else None
+        res.profile, res.check_error = measure_library(stage, job.net0, flat, job.seed,
+                                                       job.check, ref=ref)
         res.check_reference = ref.name if ref else "numpy"
-    elif measure:
-        log(f"aotconv: the {tgt.name} device is not present: library built, not run; "
+    elif job.measure:
+        log(f"aotconv: the {ctx.profile.name} device is not present: library built, not run; "
             f"report.md has no measured times", quiet)
     write_report(res, stage / "report.md")
     return res

@@ -163,27 +163,21 @@ class ConvertCosts:
 
 # -- options and the plan ----------------------------------------------------------------------
 
-def layout_options(net, choices, target, mode="records", tuning_db=None):
+def layout_options(net, choices, ctx):
     """{layer: [Choice]}: the chosen one first, then for every other (read, write) pair the
-    layer's variants reach, the best configuration measured in it (from the tuning records).
-    Only measured choices get alternatives: times must be comparable."""
+    layer's variants reach, the best configuration measured in it (from the tuning records of
+    the BuildContext `ctx`). Only measured choices get alternatives: times must be comparable."""
     from .choose import Choice
     from .variants import BY_NAME
+    from .tune import search
     out = {l.name: [choices[l.name]] for l in net.layers if l.name in choices}
-    if mode == "fallback":
+    if ctx.mode == "fallback":
         return out
     todo = [l for l in net.layers if l.name in choices and choices[l.name].time_ms is not None
             and layout_capable(l)]
     if not todo:
         return out
-    from .targets import find_device, with_limits, device_identity
-    from .tune.records import Store
-    from .tune import search
-    found = find_device(target)
-    device = device_identity(*found) if found is not None else None
-    live = with_limits(target, found[1]) if found is not None else target
-    results = search.records_only(search.unique_layers(todo), live,
-                                  Store.default(target, tuning_db), device)
+    results = search.records_only(search.unique_layers(todo), ctx.target, ctx.store, ctx.device)
     for l in todo:
         r = results[l.signature_str()]
         chosen = choices[l.name]
@@ -333,11 +327,14 @@ def needed_conversions(net, choices):
     return keys
 
 
-def plan_network(net, choices, target, mode="tune", tuning_db=None, choose_fn=None):
-    """The layouts of `net` after choose: (choices, LayoutPlan). `choose_fn(net, only)` runs
-    choose on conversion layers to measure them (None: roofline estimates only)."""
-    opts = layout_options(net, choices, target, mode, tuning_db)
-    cost = ConvertCosts(target)
+def plan_network(net, choices, ctx, measure_conversions=True):
+    """The layouts of `net` after choose: (choices, LayoutPlan), with the BuildContext `ctx`.
+    The conversions the plan needs are chosen like any layer (measured when tuning) unless
+    `measure_conversions` is false (roofline estimates only)."""
+    from .choose import choose
+    opts = layout_options(net, choices, ctx)
+    cost = ConvertCosts(ctx.profile)
+    choose_fn = (lambda n, only: choose(n, ctx, only=only)) if measure_conversions else None
     if not any(len(v) > 1 for v in opts.values()):
         return dict(choices), LayoutPlan()
     out, rep = plan(net, choices, opts, cost)

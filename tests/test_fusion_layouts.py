@@ -18,6 +18,7 @@ import pytest
 from aotconv import fusion, harness, layouts, ops, passes, reference, spec, variants
 from aotconv import params as params_mod
 from aotconv.choose import Choice
+from aotconv.context import BuildContext
 from aotconv.graph import Layer, count
 from aotconv.schedule import build_schedule
 from aotconv.targets import TARGETS
@@ -398,7 +399,8 @@ def test_layout_options_from_records(tmp_path, registry, monkeypatch):
         store.append(Key(b, BY_NAME[v], live, dev), cfg, Outcome(Status.OK, ms))
     chosen = {n: _fake("conv_direct", 1.0) for n in ("a", "nhwc_c")}
     chosen["nhwc_b"] = Choice("test_conv_nhwc", Config.of(WG=64), 0.7, "record")
-    opts = layouts.layout_options(net, chosen, POCL, "records", str(db))
+    with BuildContext.make(POCL, mode="records", tuning_db=str(db)) as ctx:
+        opts = layouts.layout_options(net, chosen, ctx)
     assert [(c.variant, c.time_ms) for c in opts["nhwc_b"]] == [("test_conv_nhwc", 0.7),
                                                                 ("conv_direct", 0.8)]
     assert opts["a"] == [chosen["a"]]
