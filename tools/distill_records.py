@@ -33,11 +33,9 @@ The inputs are read in full first, so the output may be one of them (merging new
 results into a shipped file). Distilling a distilled file gives the same file.
 """
 import argparse
-import ast
 import json
 import os
 from pathlib import Path
-import re
 import sys
 import tempfile
 
@@ -92,30 +90,10 @@ def _cfg_key(rec):
 
 # -- layers and layouts from an op signature -----------------------------------------------------
 
-_ATTR = re.compile(r",(?=[A-Za-z_][A-Za-z_0-9]*=)")
-
-
-def _value(text):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def layer_of(op):
-    """The layer an op signature (Layer.signature_str) describes, or None when it does not
-    rebuild to the same signature."""
-    from aotconv.graph import Layer
-    try:
-        name, ins, out, attrs = op.split("|", 3)
-        shapes = [tuple(int(x) for x in s.split("x")) for s in ins.split("+")]
-        out_shape = tuple(int(x) for x in out.split("x"))
-        kv = [a.split("=", 1) for a in _ATTR.split(attrs)] if attrs else []
-        layer = Layer("record", name, {k: _value(v) for k, v in kv},
-                      ["input"] * len(shapes), in_shapes=shapes, out_shape=out_shape)
-        return layer if layer.signature_str() == op else None
-    except (ValueError, TypeError):
-        return None
+    """The layer an op signature describes (aotconv.tune.records.layer_of), or None."""
+    from aotconv.tune.records import layer_of as rebuild
+    return rebuild(op)
 
 
 class Ops:
@@ -244,6 +222,14 @@ def check(raw_path, out_path, records, ops):
     return diff, len(sigs), chosen
 
 
+def stamp_kernels(records):
+    """Give each kept record of its variant's current template hash its kernel hash (the
+    `kernel` field: what keeps a record usable after a refactor that renders the same kernel);
+    (stamped now, had it, left without)."""
+    from aotconv.tune.records import stamp_kernels as stamp
+    return stamp(records)
+
+
 def _default_mode():
     umask = os.umask(0)
     os.umask(umask)
@@ -272,6 +258,7 @@ def main(argv=None):
         size_in = sum(os.path.getsize(x) for x in a.inputs)
         ops = Ops()
         out = distill(records, a.keep, ops)
+        stamped, already, unstamped = stamp_kernels(out)
         outp = Path(a.output)
         outp.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=outp.name + ".", suffix=".tmp", dir=outp.parent)
@@ -302,7 +289,9 @@ def main(argv=None):
     print(f"{outp}: {len(out)} of {len(records)} records kept, {outp.stat().st_size} bytes "
           f"(input {size_in} bytes)"
           + (f"; the same choices from both in {checked} lookups (op, target or device), "
-             f"{chosen} of them from records" if checked else ""))
+             f"{chosen} of them from records" if checked else "")
+          + f"; kernel hashes: {stamped} added, {already} kept, {unstamped} records without "
+            f"(a template hash older than this version's, or an op it cannot rebuild)")
     return 0
 
 

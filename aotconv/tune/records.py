@@ -2,10 +2,14 @@
 
 Each record carries its key: the device (vendor, name, driver), the target profile's name, the
 op signature (op, shapes, attributes incl. a fused activation), the variant, the variant's
-template hash and aotconv's version. A record is used only when every part of its key matches
-what would be measured now; anything else (another driver, an edited template, a new release)
-is ignored, never trusted. When the target's device is absent the device part cannot be
-checked, and the target's name stands for it (shipped records, --tuning-db).
+template hash, aotconv's version, and the kernel hash of what was measured (`kernel_hash`: the
+rendered source, build options, launches and buffers of that configuration). A record is used
+only when every part of its key matches what would be measured now, its template hash or,
+failing that, its kernel hash: a record stays valid as long as the kernel it timed is the one
+that would run now, whatever was refactored around it. Anything else (another driver, a kernel
+that renders differently, a new release) is ignored, never trusted. When the target's device is
+absent the device part cannot be checked, and the target's name stands for it (shipped
+records, --tuning-db).
 
 Where records live:
   - the user cache: $AOTCONV_CACHE_DIR or platformdirs.user_cache_dir("aotconv"), file
@@ -20,16 +24,20 @@ infinite, zero or negative time, an unknown outcome) is skipped, and each file's
 are reported in one warning. Appends write one whole line with one write, starting on a fresh
 line when the file does not end with one, so a torn tail never swallows the next record.
 """
+import ast
+import hashlib
 import json
 import math
 import os
 from pathlib import Path
+import re
 import sys
 import time
 
 from .. import __version__
 from ..errors import AotconvError
 from ..names import one_line
+from ..harness import BUILD_OPTIONS
 from .measure import Outcome, Status
 
 FORMAT = 1
@@ -73,10 +81,117 @@ def cfg_from_json(items):
     return Config(tuple((k, _hashable(v)) for k, v in items))
 
 
+# -- the kernel a record timed -------------------------------------------------------------------
+
+# The tuner renders and launches every candidate with this kernel name (harness.LayerRun,
+# measure.Plan); a built library names a layer's kernels k_<file> instead (schedule), which is
+# why the hash renders with this one: the layer's name never enters it.
+KERNEL_PREFIX = "k"
+
+
+def _arg_json(a):
+    value = a.value
+    if a.kind == "int":
+        value = int(value)
+    elif a.kind == "float":
+        value = float(value)
+    return [a.kind, a.name, a.index, value]
+
+
+def kernel_description(variant, layer, cfg):
+    """Everything that determines what runs, and how it is timed, for `cfg` of `variant` on
+    `layer` (whose op signature the record's key holds): the rendered program, the build
+    options, every launch (kernel name, arguments, global and local sizes, phase), the
+    variant's own buffers, its scratch, and the storage order of the input it reads and the
+    output it writes. Rendered with KERNEL_PREFIX, as measured."""
+    launches = [[l.kernel, [_arg_json(a) for a in l.args], [int(x) for x in l.gsize],
+                 [int(x) for x in l.lsize] if l.lsize else None, l.phase]
+                for l in variant.launches(layer, cfg, KERNEL_PREFIX)]
+    return {"sources": [variant.render(layer, cfg, KERNEL_PREFIX)],
+            "options": list(BUILD_OPTIONS),
+            "launches": launches,
+            "buffers": sorted([k, int(n)] for k, n in variant.buffers(layer, cfg).items()),
+            "scratch": int(variant.scratch_floats(layer, cfg)),
+            "layouts": list(variant.layouts_of(layer, cfg))}
+
+
+def kernel_hash(variant, layer, cfg):
+    """The first 16 hex digits of the sha256 of kernel_description as canonical JSON (sorted
+    keys, no spaces): the same exactly when the same kernel would be built and timed the same
+    way."""
+    text = json.dumps(kernel_description(variant, layer, cfg), sort_keys=True,
+                      separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+_ATTR = re.compile(r",(?=[A-Za-z_][A-Za-z_0-9]*=)")
+
+
+def _attr_value(text):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text                             # a bare word: act=relu
+
+
+def layer_of(op):
+    """The layer (shapes, attributes and parameters) an op signature (Layer.signature_str)
+    describes, or None when the text does not rebuild to the same signature."""
+    from ..graph import Layer
+    from ..ops import infer
+    try:
+        name, ins, out, attrs = op.split("|", 3)
+        shapes = [tuple(int(x) for x in s.split("x")) for s in ins.split("+")]
+        out_shape = tuple(int(x) for x in out.split("x"))
+        kv = [a.split("=", 1) for a in _ATTR.split(attrs)] if attrs else []
+        layer = Layer("record", name, {k: _attr_value(v) for k, v in kv},
+                      ["input"] * len(shapes), in_shapes=shapes, out_shape=out_shape)
+        if layer.signature_str() != op:
+            return None
+        shape, layer.params = infer(name, dict(layer.attrs), [list(s) for s in shapes])
+        return layer if tuple(shape) == out_shape else None
+    except Exception:                           # not a signature of any op this version knows
+        return None
+
+
+def stamp_kernels(records, variants=None):
+    """Give every record of the current template hash of its variant that lacks a `kernel`
+    field its kernel hash (in place), so that it stays usable after its variant or template is
+    next edited without changing what it renders. Returns (stamped, already, left): records
+    stamped now, records that had the field, records left without (a stale template hash, an
+    op or variant this version cannot rebuild)."""
+    if variants is None:
+        from ..variants import BY_NAME as variants
+    layers, stamped, already, left = {}, 0, 0, 0
+    for rec in records:
+        if isinstance(rec.get("kernel"), str):
+            already += 1
+            continue
+        v = variants.get(rec.get("variant"))
+        if v is None or rec.get("template") != v.template_hash():
+            left += 1
+            continue
+        op = rec.get("op")
+        if op not in layers:
+            layers[op] = layer_of(op)
+        try:
+            kernel = kernel_hash(v, layers[op], cfg_from_json(rec["cfg"]))
+        except Exception:
+            left += 1
+            continue
+        items = list(rec.items())               # the field goes after the template hash
+        at = next(i for i, (k, _) in enumerate(items) if k == "template") + 1
+        rec.clear()
+        rec.update(items[:at] + [("kernel", kernel)] + items[at:])
+        stamped += 1
+    return stamped, already, left
+
+
 # -- what a well-formed record is --------------------------------------------------------------
 
 _STATUSES = frozenset(s.value for s in Status)
 _KEY_STRINGS = ("aotconv", "target", "op", "variant", "template")
+_KERNEL = re.compile(r"[0-9a-f]{16}")
 _DEVICE_FIELDS = ("vendor", "name", "driver")
 
 
@@ -142,6 +257,8 @@ def check_record(rec):
     for k in ("message", "at", "layer"):
         if k in rec and not isinstance(rec[k], str):
             return f"'{k}' is not a string"
+    if "kernel" in rec and not (isinstance(rec["kernel"], str) and _KERNEL.fullmatch(rec["kernel"])):
+        return "'kernel' is not a kernel hash (16 hex digits)"
     if "fallback" in rec and not isinstance(rec["fallback"], bool):
         return "'fallback' is not true or false"
     return None
@@ -228,7 +345,11 @@ def check_tuning_db(path):
 
 
 class Key:
-    """What a record must match to be used for one (layer, variant) on one device/target."""
+    """What a record must match to be used for one (layer, variant) on one device/target:
+    format, version, op signature, variant, device (or the target's name), and either the
+    variant's template hash or, for a record made before the variant or its template last
+    changed, the kernel hash of the record's configuration (computed only for such records,
+    once per configuration)."""
 
     def __init__(self, layer, variant, target, device=None):
         self.op = layer.signature_str()
@@ -237,20 +358,43 @@ class Key:
         self.target = target.name
         self.device = device                 # device_identity dict, or None when absent
         self.version = __version__
+        self._layer, self._impl = layer, variant
+        self._kernels = {}                   # Config -> kernel hash (None: it cannot render)
 
     def fields(self):
         return {"format": FORMAT, "aotconv": self.version, "device": self.device,
                 "target": self.target, "op": self.op, "variant": self.variant,
                 "template": self.template}
 
+    def kernel(self, cfg):
+        """The kernel hash of `cfg` for this key's layer and variant; None when the variant
+        cannot render it (a knob it no longer has, say)."""
+        if cfg not in self._kernels:
+            try:
+                self._kernels[cfg] = kernel_hash(self._impl, self._layer, cfg)
+            except Exception:
+                self._kernels[cfg] = None
+        return self._kernels[cfg]
+
     def matches(self, rec):
         if (rec.get("format") != FORMAT or rec.get("aotconv") != self.version
-                or rec.get("op") != self.op or rec.get("variant") != self.variant
-                or rec.get("template") != self.template):
+                or rec.get("op") != self.op or rec.get("variant") != self.variant):
             return False
         if self.device is not None:
-            return rec.get("device") == self.device
-        return rec.get("target") == self.target
+            if rec.get("device") != self.device:
+                return False
+        elif rec.get("target") != self.target:
+            return False
+        if rec.get("template") == self.template:
+            return True
+        kernel = rec.get("kernel")
+        if not isinstance(kernel, str):
+            return False
+        try:
+            cfg = cfg_from_json(rec["cfg"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        return self.kernel(cfg) == kernel
 
 
 class Store:
@@ -302,6 +446,9 @@ class Store:
         """Write one record to every write path, as one whole line in one write (a killed run
         loses at most the record being written, and never damages the ones before or after)."""
         rec = key.fields()
+        kernel = key.kernel(cfg)
+        if kernel is not None:
+            rec["kernel"] = kernel
         rec["cfg"] = cfg_to_json(cfg)
         rec.update(outcome.as_dict())
         rec["at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
