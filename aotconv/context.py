@@ -71,6 +71,14 @@ class BuildContext:
         """Whether choices are measured on the device (tune mode with the device present)."""
         return self.mode == "tune" and self.present
 
+    def require_device(self):
+        """This context, or an error when the target's device is not on this machine (the
+        commands that measure and have no records to fall back on)."""
+        if not self.present:
+            raise AotconvError(f"target '{self.profile.name}': its OpenCL device is not present "
+                               f"here; `aotconv targets` lists what is")
+        return self
+
     def measurer(self):
         """The measuring worker processes, started on first use and shared by the build."""
         if self._measurer is None:

@@ -22,10 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aotconv.bench.sets import conv_layer                                  # noqa: E402
 from aotconv.ops import flops                                              # noqa: E402
 from aotconv.space import Candidate, point_ok                              # noqa: E402
-from aotconv.targets import (TARGETS, detect, find_device, with_limits,    # noqa: E402
-                             device_identity)
+from aotconv.context import BuildContext                                  # noqa: E402
+from aotconv.errors import AotconvError                                   # noqa: E402
+from aotconv.targets import TARGETS, detect                               # noqa: E402
 from aotconv.tune.measure import Measurer                                  # noqa: E402
-from aotconv.tune.records import Key, Store                                # noqa: E402
+from aotconv.tune.records import Key                                       # noqa: E402
 from aotconv.variants import BY_NAME                                       # noqa: E402
 from aotconv.variants.base import Config                                   # noqa: E402
 
@@ -60,12 +61,12 @@ def main(argv=None):
     ap.add_argument("--out", help="JSON of the rows")
     a = ap.parse_args(argv)
     target = detect() if a.target == "auto" else TARGETS[a.target]
-    found = find_device(target)
-    if found is None:
-        print(f"no device for target {target.name}", file=sys.stderr)
+    try:
+        ctx = BuildContext.make(target, mode="tune", tuning_db=a.tuning_db).require_device()
+    except AotconvError as e:
+        print(f"measure_points: {e}", file=sys.stderr)
         return 2
-    live, device = with_limits(target, found[1]), device_identity(*found)
-    store = Store.default(live, a.tuning_db)
+    live, device, store = ctx.target, ctx.device, ctx.store
     rows = []
     with Measurer(live, jobs=a.jobs) as m:
         for case in json.loads(Path(a.points).read_text()):

@@ -20,9 +20,10 @@ import time
 
 import numpy as np
 
+from ..context import BuildContext
 from ..errors import AotconvError
 from ..space import layer_space
-from ..targets import find_device, get_target, with_limits
+from ..targets import get_target
 from ..tune.measure import Measurer, build_binary, load_program
 from ..variants import BY_NAME
 from .study import benchmark_layers, study_layer
@@ -43,14 +44,11 @@ def main(argv=None):
     a = p.parse_args(argv)
 
     target = get_target(a.target)
-    found = find_device(target)
-    if found is None:
-        raise AotconvError(f"target '{target.name}': no matching OpenCL device here; "
-                           f"`aotconv targets` lists what is")
+    ctx = BuildContext.make(target, mode="tune").require_device()
+    live = ctx.target
     layers = benchmark_layers()
     if a.layer not in layers:
         raise AotconvError(f"--layer {a.layer}: not a benchmark layer; known: {sorted(layers)}")
-    live = with_limits(target, found[1])
     layer = study_layer(a.layer, layers[a.layer], a.scale)
     cands = layer_space(layer, live).candidates
     rng = np.random.default_rng(a.seed)
@@ -94,7 +92,7 @@ def main(argv=None):
               f"({dt / len(sources):.3f} s each, speed-up "
               f"{rows[0]['seconds'] / dt:.2f}x){' ' + str(failed) + ' failed' if failed else ''}",
               flush=True)
-    out = {"target": live.name, "device": found[1].name, "cores": cores, "layer": a.layer,
+    out = {"target": live.name, "device": ctx.found[1].name, "cores": cores, "layer": a.layer,
            "scale": a.scale, "rows": rows}
     if a.out:
         with open(a.out, "w") as f:

@@ -6,21 +6,17 @@ import numpy as np
 import pyopencl
 
 from .. import protocol
-from ..errors import AotconvError
+from ..context import BuildContext
 from ..harness import context_for
-from ..targets import find_device, with_limits
 
 
 class Device:
     """The OpenCL context and queue of the target, and what the JSON says about them."""
 
     def __init__(self, target):
-        found = find_device(target)
-        if found is None:
-            raise AotconvError(f"target '{target.name}': its OpenCL device is not present here; "
-                               f"`aotconv targets` lists what is")
-        self.platform, self.device = found
-        self.target = with_limits(target, self.device)
+        ctx = BuildContext.make(target, mode="tune").require_device()
+        self.platform, self.device = ctx.found
+        self.target = ctx.target
         self.ctx, self.queue, _ = context_for(target)
         d, p = self.device, self.platform
         self.info = {"device": d.name.strip(), "vendor": d.vendor.strip(),

@@ -29,10 +29,11 @@ import time
 
 import numpy as np
 
+from ..context import BuildContext
 from ..errors import AotconvError
 from ..space import layer_space
 from ..spec import network_from_dict
-from ..targets import device_identity, find_device, get_target, with_limits
+from ..targets import get_target
 from ..tune.measure import Measurer
 from ..tune.records import Key, Store
 from ..tune.replay import Recorded, quality
@@ -88,12 +89,8 @@ def log_path(logs, name):
 def record_exhaustive(layer, target, path, jobs=None, max_points=None, seed=0, quiet=False,
                       variants=None):
     """Measure every candidate of `layer` (or a seeded sample of `max_points`) into `path`."""
-    found = find_device(target)
-    if found is None:
-        raise AotconvError(f"target '{target.name}': no matching OpenCL device here; "
-                           f"`aotconv targets` lists what is")
-    live = with_limits(target, found[1])
-    device = device_identity(*found)
+    ctx = BuildContext.make(target, mode="tune").require_device()
+    live, device = ctx.target, ctx.device
     full = sp = layer_space(layer, live)
     if variants:
         sp = layer_space(layer, live, [p.variant for p in full.parts
