@@ -50,6 +50,13 @@ def pick(draw, seq):
     return seq[draw(st.integers(0, len(seq) - 1))]
 
 
+def weighted(*pairs):
+    """One of the strategies, drawn with the given weights: (weight, strategy), ... (st.one_of
+    flattens nested one_ofs and drops repeated branches, so it cannot weigh)."""
+    choices = tuple(s for w, s in pairs for _ in range(w))
+    return st.integers(0, len(choices) - 1).flatmap(choices.__getitem__)
+
+
 def _joined(pieces):
     return st.lists(pieces, min_size=1, max_size=6).map("".join)
 
@@ -58,14 +65,14 @@ def _joined(pieces):
 def hostile_text(max_size=40):
     """Strings built to break whatever quotes, escapes or prints them."""
     pieces = _joined(st.one_of(st.sampled_from(HOSTILE_PIECES), st.text(max_size=3)))
-    return st.one_of(
-        pieces, pieces, pieces, pieces, pieces,
-        st.text(max_size=max_size),
-        st.text(alphabet=st.characters(codec="utf-8"), max_size=max_size),
-        st.sampled_from(COLLIDING_NAMES),
-        st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True),
-        st.just(""),
-        st.sampled_from((1000, 20000)).map(lambda n: "n" * n),
+    return weighted(
+        (5, pieces),
+        (1, st.text(max_size=max_size)),
+        (1, st.text(alphabet=st.characters(codec="utf-8"), max_size=max_size)),
+        (1, st.sampled_from(COLLIDING_NAMES)),
+        (1, st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True)),
+        (1, st.just("")),
+        (1, st.sampled_from((1000, 20000)).map(lambda n: "n" * n)),
     )
 
 
@@ -827,11 +834,25 @@ def params_file(draw, count):
 # ---------------------------------------------------------------------------------------------
 # small valid-shaped networks with hostile names, for the emitted C
 
+@lru_cache(maxsize=None)
+def layer_name():
+    """Names a net.yaml may use (letters, digits, '_', '.', '-'; they reach the emitted C)
+    and near them: colliding once sanitised, at and past the length limit, C keywords,
+    hostile pieces (refused, with a one-line message)."""
+    allowed = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,20}", fullmatch=True)
+    return weighted(
+        (12, allowed),
+        (2, st.sampled_from(["a.b", "a-b", "a_b", "a..b", "_", "_.", "x-", "input.", "l0", "L0",
+                             "int", "struct", "main", "errno", "NULL", "desc", "aotrt_net",
+                             "a" * 127, "b" * 128, "c" * 129, "d" * 300])),
+        (2, st.builds(lambda i: f"l{i}", st.integers(0, 9))),
+        (1, hostile_text(12).filter(lambda s: s and s != "input")),
+    )
+
+
 @st.composite
 def emit_net(draw):
-    names = st.one_of(hostile_text(12).filter(lambda s: s and s != "input"),
-                      st.builds(lambda i: f"l{i}", st.integers(0, 9)))
-    d = draw(plausible_net(ops=CHEAP_OPS, max_layers=4, names=names, max_hw=6))
+    d = draw(plausible_net(ops=CHEAP_OPS, max_layers=4, names=layer_name(), max_hw=6))
     d["name"] = draw(c_identifier())
     return d
 

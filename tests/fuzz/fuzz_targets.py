@@ -82,8 +82,8 @@ def guarded(target, x):
         warnings.simplefilter("always")
         target.check(x)
     caught = [w for w in caught if not issubclass(w.category, HypothesisWarning)]
-    for line in buf.getvalue().splitlines():
-        if line and not line.startswith("aotconv: "):
+    for line in buf.getvalue().split("\n"):
+        if line and (not line.startswith("aotconv: ") or "\r" in line):
             raise Failure("multi-line or stray stderr output", "stderr", repr(line[:200]))
     for w in caught:
         # warnings Python hides by default (ResourceWarning, DeprecationWarning) reach no user
@@ -622,7 +622,10 @@ def run(target, inputs, seed=0, derandomize=False, max_seconds=None, stats=None,
         round_ += 1
         flaky = False
         try:
-            t()
+            with warnings.catch_warnings():
+                # hypothesis warns when it prints a big failing input; the reproducer is saved
+                warnings.simplefilter("ignore", HypothesisWarning)
+                t()
         except Flaky:
             flaky = True
         except Exception:
