@@ -35,11 +35,12 @@ def _pattern(regex):
     return re.sub(r"\\(.)", r"\1", regex)
 
 
-def _param_macros(net):
-    """[(macro, offset, comment)] of the parameter tensors; two tensors one macro is an error
-    (spec.py keeps layer C names apart ignoring case; this holds for any Network)."""
+def _param_macros(sch):
+    """[(macro, offset, comment)] of the parameter tensors in the user's layout (the network as
+    written, schedule.Schedule.param_layout); two tensors one macro is an error (spec.py keeps
+    layer C names apart ignoring case; this holds for any Network)."""
     out, seen = [], {}
-    for lname, tname, shape, off in net.param_layout():
+    for lname, tname, shape, off in sch.param_layout():
         macro = c_ident(f"{lname}_{tname}").upper()
         if macro in seen:
             raise AotconvError(f"layers '{seen[macro]}' and '{lname}' both give the header macro "
@@ -116,7 +117,7 @@ def emit(sch, target, outdir, cc=None, prefix=None):
                              nargs=len(l.args), args=[_arg_c(a) for a in l.args] or ["{0}"],
                              dims=dims, **{"global": ", ".join(map(str, g))},
                              local=", ".join(map(str, loc))))
-    params = _param_macros(net)
+    params = _param_macros(sch)
     outputs_doc = ", ".join(f"{t} {'x'.join(map(str, net.shape_of(t)))}" for t in net.outputs)
     ns = dict(name=name, NAME=name.upper(), target=target.name, version=__version__,
               input_shape=net.input_shape, input_count=sch.input[1],
@@ -127,7 +128,8 @@ def emit(sch, target, outdir, cc=None, prefix=None):
     programs = [dict(layer=p.layer, file=p.file, cstring=c_string(p.source)) for p in sch.programs]
     (out / f"{name}.c").write_text(_render(
         "c/net.c.mako", name=name, target=target.name, version=__version__, programs=programs,
-        buffers=sch.buffers, params=sch.params, launches=launches, outputs=sch.outputs,
+        buffers=sch.buffers, params=sch.params, folds=sch.folds, launches=launches,
+        outputs=sch.outputs,
         input=sch.input, output_count=sch.output_count, param_count=sch.param_count,
         kernel_count=len(sch.run_launches), vendor_pattern=_pattern(target.vendor),
         device_pattern=_pattern(target.device), build_options=" ".join(BUILD_OPTIONS),

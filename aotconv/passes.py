@@ -3,6 +3,19 @@
 - Activation layers (graph.ACT_OPS) fold into the epilogue of the producer
   (conv, dense, add, batchnorm) when the producer has no activation yet, the activation is its
   only consumer and the producer's output is not itself a network output.
+- A batchnorm folds into the conv or dense before it (`fold_batchnorm`) when that layer has
+  no activation, the batchnorm is its only consumer and its output is not a network output:
+  the layer gets a bias and the batchnorm's activation, and `fused` records the batchnorm
+  (then whatever was fused into it). The layer then has the signature of any conv or dense with
+  bias and that activation (the same kernels, the same tuning records); its parameters are
+  computed from the user's in set_params (`batchnorm_folds`, aotconv.schedule), so the
+  documented parameter layout (docs/params.md) is the network's as written.
+- A residual add may fold into the conv that produces one of its two inputs (`fuse_residual`):
+  the conv, with no act of its own and the add as its only consumer, reads the add's other
+  input as a second input (attr `residual`) and computes act(conv(x) + bias + residual) with
+  the add's act, so the conv's output never reaches memory. Which pairs are fused is decided
+  by aotconv.fusion (where some variant takes the fused layer, and it measures faster or runs
+  the conv's own kernel); this pass only rewrites.
 - flatten and dropout move no data: their output tensor is their input's buffer.
 - A max/avg pool may fold into the convolution before it (`fuse_pool`): one conv_pool layer,
   named after the conv, computes each pooled output from the conv outputs of its window, so
@@ -17,6 +30,8 @@ from .graph import ACT_OPS, FUSABLE, act_attrs, act_monotone
 from .ops import is_alias, pool_attrs, infer
 
 POOL_OPS = ("maxpool", "avgpool")
+# the layers a batchnorm folds into: their weights have one block per output channel
+FOLD_INTO = ("conv", "dense")
 
 
 def consumers(net):
@@ -51,6 +66,58 @@ def fuse_activations(net):
     return net
 
 
+def _rename(net, removed):
+    """Drop the layers in `removed` {name: the layer that took it over} and point every reader
+    (and the network outputs) at the layer that took each over."""
+    net.layers = [l for l in net.layers if l.name not in removed]
+    for l in net.layers:
+        l.inputs = [removed.get(t, t) for t in l.inputs]
+    net.outputs = [removed.get(t, t) for t in net.outputs]
+
+
+def fold_batchnorm(net):
+    """`net` with every batchnorm that can fold into the conv or dense before it folded (a
+    chain of batchnorms folds one after another while each leaves the layer without an act).
+
+    The folded layer's attrs are a conv's (or dense's) with `bias: true` and the batchnorm's
+    activation, its params weight and bias: its kernel is any conv's with bias. The weights it
+    runs with are w * gamma / sqrt(var + eps) per output channel and the bias
+    (b - mean) * gamma / sqrt(var + eps) + beta (b = 0 without one), computed from the user's
+    parameters by set_params (aotconv.schedule.FoldRow)."""
+    net = copy.deepcopy(net)
+    by_name = {l.name: l for l in net.layers}
+    users = consumers(net)
+    removed = {}
+    for l in list(net.layers):
+        if l.op != "batchnorm" or len(l.inputs) != 1:
+            continue
+        p = by_name.get(removed.get(l.inputs[0], l.inputs[0]))
+        if (p is None or p.op not in FOLD_INTO or p.attrs.get("act") != "none"
+                or users.get(l.inputs[0]) != [l.name] or l.inputs[0] in net.outputs):
+            continue
+        # p's act is none: it has no act extras to drop
+        p.attrs = dict(p.attrs, bias=True, **act_attrs(l.attrs))
+        p.out_shape, p.params = infer(p.op, p.attrs, p.in_shapes)
+        assert tuple(p.out_shape) == tuple(l.out_shape), (p.out_shape, l.out_shape)
+        p.fused += [l.name] + l.fused
+        removed[l.name] = p.name
+    if removed:
+        _rename(net, removed)
+    return net
+
+
+def batchnorm_folds(source, net):
+    """{layer of `net`: [the batchnorms of `source` folded into it, in order]}: what
+    fold_batchnorm did to `source` (the network as written) on the way to `net`."""
+    bns = {l.name for l in source.layers if l.op == "batchnorm"}
+    out = {}
+    for l in net.layers:
+        names = [n for n in l.fused if n in bns]
+        if names:
+            out[l.name] = names
+    return out
+
+
 def fusable_pools(net):
     """[(conv name, pool name)]: a conv whose only consumer is a max/avg pool and whose output
     is not a network output (the pool's may be: the fused layer then stands for it)."""
@@ -62,7 +129,8 @@ def fusable_pools(net):
             continue
         p = by_name.get(l.inputs[0])
         # conv_pool applies a max pool's act once, after the max: only a monotone act may
-        if p is not None and p.op == "conv" and users.get(p.name) == [l.name] \
+        if p is not None and p.op == "conv" and not p.attrs.get("residual") \
+                and users.get(p.name) == [l.name] \
                 and p.name not in net.outputs and (l.op == "avgpool" or act_monotone(p.attrs)):
             out.append((p.name, l.name))
     return out
@@ -99,6 +167,65 @@ def fuse_pool(net, which=None):
     return net
 
 
+def fusable_residuals(net):
+    """[(conv name, add name)]: an add of two different tensors where one is made by a conv
+    with no act (nor residual of its own) whose only consumer is the add and whose output is
+    not a network output. Of two such convs the later one (in the network's order) is taken,
+    so that the fused layer needs nothing moved: the add's other input is already there."""
+    by_name = {l.name: l for l in net.layers}
+    pos = {l.name: i for i, l in enumerate(net.layers)}
+    users = consumers(net)
+    out = []
+    for l in net.layers:
+        if l.op != "add" or len(l.inputs) != 2 or l.inputs[0] == l.inputs[1]:
+            continue
+        for t in sorted(l.inputs, key=lambda t: -pos.get(t, -1)):
+            p = by_name.get(t)
+            if (p is not None and p.op == "conv" and p.attrs.get("act") == "none"
+                    and not p.attrs.get("residual") and users.get(p.name) == [l.name]
+                    and p.name not in net.outputs):
+                out.append((p.name, l.name))
+                break
+    return out
+
+
+def residual_layer(conv, add):
+    """The conv that computes act(conv(x) + bias + r): `conv` reading the add's other input r
+    as its second input, with the add's act (a copy; `fused` records the add and what was
+    fused into it)."""
+    c = copy.deepcopy(conv)
+    r = [t for t in add.inputs if t != conv.name][0]
+    c.attrs = dict(c.attrs, residual=True, **act_attrs(add.attrs))
+    c.inputs = [conv.inputs[0], r]
+    c.in_shapes = [tuple(conv.in_shapes[0]), tuple(add.out_shape)]
+    c.out_shape, c.params = infer("conv", c.attrs, c.in_shapes)
+    assert tuple(c.out_shape) == tuple(add.out_shape), (c.out_shape, add.out_shape)
+    c.fused += [add.name] + add.fused
+    return c
+
+
+def fuse_residual(net, which=None):
+    """`net` with each conv named in `which` (all fusable ones when None) and the add it feeds
+    folded into one conv layer named after the conv (residual_layer), in the add's place in the
+    order. Names not fusable are an error."""
+    pairs = dict(fusable_residuals(net))
+    which = list(pairs) if which is None else list(which)
+    bad = [c for c in which if c not in pairs]
+    if bad:
+        raise ValueError(f"cannot fuse a residual add into {', '.join(bad)}: not a conv "
+                         f"without act whose only consumer is an add of two tensors")
+    net = copy.deepcopy(net)
+    if not which:
+        return net
+    by_name = {l.name: l for l in net.layers}
+    fused = {pairs[c]: residual_layer(by_name[c], by_name[pairs[c]]) for c in which}
+    removed = {a: c.name for a, c in fused.items()}
+    # the fused layer runs where the add ran: after both of its inputs
+    net.layers = [fused.get(l.name, l) for l in net.layers if l.name not in which]
+    _rename(net, removed)
+    return net
+
+
 def resolve_alias(net, tensor):
     """The tensor whose buffer holds `tensor` (following flatten/dropout back)."""
     while tensor != "input":
@@ -110,5 +237,6 @@ def resolve_alias(net, tensor):
 
 
 def optimise(net):
-    """All graph passes, in order."""
-    return fuse_activations(net)
+    """All graph passes, in order: activations into their producers (a batchnorm's too), then
+    batchnorms into the conv or dense before them (which so takes the batchnorm's act)."""
+    return fold_batchnorm(fuse_activations(net))

@@ -1,17 +1,22 @@
 """From a network and its chosen kernels to the tables the C runtime replays.
 
-One program per layer (its rendered source), one device buffer per parameter tensor and per
-variant-owned buffer, one shared scratch buffer, and activation buffers assigned by liveness:
-a tensor's buffer is reused once every layer that reads it has run. Before any of that, a
-layout_convert layer is inserted wherever a layer reads a layout its producer does not write
-(aotconv.layouts; the network's input and outputs are NCHW).
+One program per layer (its rendered source), one device buffer per parameter tensor a kernel
+reads and per variant-owned buffer, one shared scratch buffer, and activation buffers assigned
+by liveness: a tensor's buffer is reused once every layer that reads it has run. Before any of
+that, a layout_convert layer is inserted wherever a layer reads a layout its producer does not
+write (aotconv.layouts; the network's input and outputs are NCHW).
+
+Parameters keep the layout of the network as written (the `source` of build_schedule,
+docs/params.md): a tensor a kernel reads as the user gave it is a ParamRow (copied in
+set_params); the weight and bias of a layer a batchnorm was folded into (passes.fold_batchnorm)
+are a FoldRow, computed in set_params from the user's conv/dense and batchnorm tensors.
 """
 from dataclasses import dataclass, field
 
 from .graph import count
 from .names import c_comment, c_ident, kernel_prefix
 from .ops import is_alias
-from .passes import resolve_alias
+from .passes import batchnorm_folds, resolve_alias
 from .layouts import insert_conversions, fallback_convert_choices
 
 
@@ -65,6 +70,23 @@ class ParamRow:
 
 
 @dataclass
+class FoldRow:
+    """A layer's weight and bias folded with batchnorms, made in set_params: per output channel
+    c, in float64, with s = prod over the batchnorms of gamma[c] / sqrt(var[c] + eps),
+    weight'[c] = weight[c] * s and bias'[c] = the bias (0 without one) taken through each
+    batchnorm in turn, (b - mean[c]) * gamma[c] / sqrt(var[c] + eps) + beta[c]; both rounded
+    to float32 once."""
+    layer: str
+    weight: int             # buffer of the folded weight
+    bias: int               # buffer of the folded bias
+    channels: int
+    per_channel: int        # weights per output channel (a contiguous block)
+    weight_offset: int      # of the user's weight in the flat parameters
+    bias_offset: int        # of the user's bias, or None where the layer had none
+    batchnorms: list        # [(name, gamma, beta, mean, var offsets, eps)] in fold order
+
+
+@dataclass
 class Schedule:
     net: object
     choices: dict
@@ -72,12 +94,15 @@ class Schedule:
     buffers: list = field(default_factory=list)
     launches: list = field(default_factory=list)
     params: list = field(default_factory=list)
+    folds: list = field(default_factory=list)         # FoldRow
+    source: object = None           # the network as written: its parameter layout is the API's
     input: tuple = None             # (buffer, count)
     outputs: list = field(default_factory=list)
     tensor_buffer: dict = field(default_factory=dict)
     naive_act_bytes: int = 0
     conversions: list = field(default_factory=list)   # names of the layout_convert layers
     fusion: list = None             # pool fusion decisions (aotconv.fusion), set by compiler
+    residual: list = None           # residual add fusion decisions (aotconv.fusion), likewise
     layout_plan: object = None      # layouts.LayoutPlan, set by compiler
 
     @property
@@ -94,7 +119,11 @@ class Schedule:
 
     @property
     def param_count(self):
-        return self.net.param_count()
+        return self.source.param_count()
+
+    def param_layout(self):
+        """[(layer, tensor, shape, offset)] of the parameters set_params takes (docs/params.md)."""
+        return self.source.param_layout()
 
     @property
     def output_count(self):
@@ -143,16 +172,66 @@ def _source_head(layer, choice):
     return "// " + c_comment(f"layer {layer.name}: {layer.op}, {choice.variant}{fused}") + "\n"
 
 
-def build_schedule(net, choices, convert=None):
+def _plan_params(sch, net):
+    """The parameter buffers of `net`'s kernels, each a ParamRow (the user's tensor as given)
+    or part of a FoldRow (weight and bias folded with batchnorms); {"<layer>.<tensor>": buffer}."""
+    user = {(l, t): (shape, off) for l, t, shape, off in sch.source.param_layout()}
+    folds = batchnorm_folds(sch.source, net)
+    src = {l.name: l for l in sch.source.layers}
+    param_buf = {}
+
+    def buffer(lname, tname, shape):
+        sch.buffers.append(Buffer(f"{lname}.{tname}", 4 * count(shape), "param"))
+        param_buf[f"{lname}.{tname}"] = len(sch.buffers) - 1
+        return len(sch.buffers) - 1
+
+    def user_tensor(lname, tname, shape):
+        got = user.get((lname, tname))
+        if got is None or tuple(got[0]) != tuple(shape):
+            raise ValueError(f"layer {lname}: its kernel reads parameter '{tname}' "
+                             f"{list(shape)}, which the source network's layout "
+                             f"{'has as ' + str(list(got[0])) if got else 'lacks'}; pass the "
+                             f"network as written (before passes) as source")
+        return got[1]
+
+    def file_order(l):
+        # the tables in the user's order, as param_layout lists the tensors
+        return user.get((l.name, l.params[0][0]), (None, -1))[1]
+
+    for l in sorted((l for l in net.layers if l.params), key=file_order):
+        if l.name not in folds:
+            for tname, shape in l.params:
+                off = user_tensor(l.name, tname, shape)
+                sch.params.append(ParamRow(f"{l.name}.{tname}", buffer(l.name, tname, shape),
+                                           off, count(shape)))
+            continue
+        orig = src[l.name]
+        pshape = dict(l.params)
+        wshape = pshape["weight"]
+        w_off = user_tensor(l.name, "weight", wshape)
+        b_off = user_tensor(l.name, "bias", pshape["bias"]) if orig.attrs.get("bias") else None
+        bns = []
+        for bn in folds[l.name]:
+            offs = [user_tensor(bn, t, (wshape[0],)) for t in ("gamma", "beta", "mean", "var")]
+            bns.append((bn, *offs, float(src[bn].attrs["eps"])))
+        sch.folds.append(FoldRow(l.name, buffer(l.name, "weight", wshape),
+                                 buffer(l.name, "bias", pshape["bias"]), wshape[0],
+                                 count(wshape[1:]), w_off, b_off, bns))
+    return param_buf
+
+
+def build_schedule(net, choices, convert=None, source=None):
     """The Schedule for `net` (after passes) with `choices` {layer: Choice}.
 
     Layout conversions are inserted first; `convert(layers)` gives their choices ({name:
-    Choice}; default: the layout_convert fallback). `sch.net` is the network with them."""
+    Choice}; default: the layout_convert fallback). `sch.net` is the network with them.
+    `source`: the network as written, whose parameter layout set_params takes (default `net`;
+    required when a batchnorm was folded)."""
     net, new = insert_conversions(net, choices)
     if new:
         choices = dict(choices)
         choices.update((convert or fallback_convert_choices)(new))
-    sch = Schedule(net, choices)
+    sch = Schedule(net, choices, source=source if source is not None else net)
     sch.conversions = [l.name for l in net.layers if l.op == "layout_convert"]
     assign, slots, naive = plan_activations(net)
     sch.naive_act_bytes = naive
@@ -161,10 +240,7 @@ def build_schedule(net, choices, convert=None):
     sch.tensor_buffer = {t: assign[resolve_alias(net, t)]
                          for t in ["input"] + [l.name for l in net.layers]}
 
-    for lname, tname, shape, off in net.param_layout():
-        sch.buffers.append(Buffer(f"{lname}.{tname}", 4 * count(shape), "param"))
-        sch.params.append(ParamRow(f"{lname}.{tname}", len(sch.buffers) - 1, off, count(shape)))
-    param_buf = {p.name: p.buffer for p in sch.params}
+    param_buf = _plan_params(sch, net)
 
     scratch = 0
     for l in net.layers:

@@ -92,6 +92,30 @@ typedef struct {
     size_t count;
 } aotrt_param;
 
+/* A batchnorm folded into the layer before it: its tensors' offsets in the flat parameters. */
+typedef struct {
+    const char *name;
+    size_t gamma, beta, mean, var;
+    double eps;
+} aotrt_bn;
+
+/* A conv or dense layer whose weight and bias set_params computes from the user's parameters
+ * and the batchnorms folded into it (in order): per output channel c, in double,
+ * s = prod gamma[c] / sqrt(var[c] + eps), weight' = weight * s, and the bias (0 without one)
+ * taken through each batchnorm, b = (b - mean[c]) * gamma[c] / sqrt(var[c] + eps) + beta[c]. */
+typedef struct {
+    const char *layer;
+    int weight_buffer;        /* the folded weight and bias, as the kernels read them */
+    int bias_buffer;
+    size_t channels;
+    size_t per_channel;       /* weights of one output channel, contiguous */
+    size_t weight;            /* offset of the user's weight */
+    int has_bias;
+    size_t bias;              /* offset of the user's bias, when has_bias */
+    int nbn;
+    const aotrt_bn *bn;
+} aotrt_fold;
+
 typedef struct {
     int buffer;
     size_t count;             /* floats */
@@ -110,6 +134,8 @@ typedef struct {
     int nparams;
     const aotrt_param *params;
     size_t param_count;
+    int nfolds;
+    const aotrt_fold *folds;
     int nlaunches;
     const aotrt_launch *launches;
     int nrun;                     /* run-phase launches (profile entries) */

@@ -2,6 +2,7 @@
 #include "aotconv_rt.h"
 
 #include <errno.h>
+#include <math.h>     /* NAN and isinf, macros: no libm */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,80 @@ static int enqueue(aotrt_net *n, int i, cl_event *ev)
     return AOTRT_OK;
 }
 
+/* sqrt in double without libm (the library links only OpenCL): Newton's iteration from the
+ * exponent halved, to within an ulp of the double result; the folded values are rounded to
+ * float afterwards. 0, infinity and NaN give themselves and a negative NaN, as sqrt does. */
+static double fold_sqrt(double x)
+{
+    if (!(x > 0) || isinf(x))
+        return x < 0 ? NAN : x;
+    unsigned long long b;
+    double y;
+    memcpy(&b, &x, sizeof b);
+    b = (b >> 1) + (1023ULL << 51);
+    memcpy(&y, &b, sizeof y);
+    for (int i = 0; i < 64; ++i) {
+        double z = 0.5 * (y + x / y);
+        if (z == y)
+            break;
+        y = z;
+    }
+    return y;
+}
+
+/* The folded weights and biases (aotrt_fold), written to their buffers. */
+static int set_folds(aotrt_net *n, const float *params)
+{
+    const aotrt_desc *d = n->desc;
+    size_t most = 0;
+    for (int i = 0; i < d->nfolds; ++i) {
+        size_t w = d->folds[i].channels * d->folds[i].per_channel;
+        most = w > most ? w : most;
+        most = d->folds[i].channels > most ? d->folds[i].channels : most;
+    }
+    if (!d->nfolds)
+        return AOTRT_OK;
+    float *tmp = malloc(most * sizeof(float));
+    if (!tmp)
+        return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    int rc = AOTRT_OK;
+    for (int i = 0; i < d->nfolds && !rc; ++i) {
+        const aotrt_fold *f = &d->folds[i];
+        const float *w = params + f->weight;
+        /* the weights, then the biases, through the one host array (blocking writes) */
+        for (int pass = 0; pass < 2 && !rc; ++pass) {
+            for (size_t c = 0; c < f->channels; ++c) {
+                double s = 1.0, b = f->has_bias ? (double)params[f->bias + c] : 0.0;
+                for (int k = 0; k < f->nbn; ++k) {
+                    const aotrt_bn *bn = &f->bn[k];
+                    double sk = (double)params[bn->gamma + c] /
+                                fold_sqrt((double)params[bn->var + c] + bn->eps);
+                    s *= sk;
+                    b = (b - (double)params[bn->mean + c]) * sk + (double)params[bn->beta + c];
+                }
+                if (pass == 1) {
+                    tmp[c] = (float)b;
+                    continue;
+                }
+                for (size_t j = 0; j < f->per_channel; ++j)
+                    tmp[c * f->per_channel + j] = (float)((double)w[c * f->per_channel + j] * s);
+            }
+            size_t floats = pass ? f->channels : f->channels * f->per_channel;
+            cl_int e = clEnqueueWriteBuffer(n->queue, n->buffers[pass ? f->bias_buffer
+                                                                      : f->weight_buffer],
+                                            CL_TRUE, 0, floats * sizeof(float), tmp, 0, NULL,
+                                            NULL);
+            if (e != CL_SUCCESS)
+                rc = aotrt_set_error(n, AOTRT_ERR_OPENCL,
+                                     "%s: layer '%s': clEnqueueWriteBuffer of the folded %s "
+                                     "failed: %s (%d)", d->net, f->layer,
+                                     pass ? "bias" : "weight", aotrt_cl_error_name(e), (int)e);
+        }
+    }
+    free(tmp);
+    return rc;
+}
+
 int aotrt_set_params(aotrt_net *n, const float *params, size_t count)
 {
     if (!n)
@@ -149,7 +224,11 @@ int aotrt_set_params(aotrt_net *n, const float *params, size_t count)
                                       p->count * sizeof(float), params + p->offset, 0, NULL, NULL),
               "clEnqueueWriteBuffer", p->name);
     }
-    /* weight re-layouts (packing, Winograd transforms) run once, here */
+    /* batchnorms folded into the conv or dense before them, then weight re-layouts (packing,
+     * Winograd transforms), once, here */
+    int frc = set_folds(n, params);
+    if (frc)
+        return frc;
     for (int i = 0; i < d->nlaunches; ++i) {
         if (d->launches[i].phase != AOTRT_PHASE_SETUP)
             continue;

@@ -32,6 +32,22 @@ static const aotrt_param params[] = {
 };
 % endif
 
+% for i, f in enumerate(folds):
+/* ${comment(f.layer)}: ${comment(", ".join(b[0] for b in f.batchnorms))} folded in */
+static const aotrt_bn fold_bn_${i}[] = {
+% for bn, gamma, beta, mean, var, eps in f.batchnorms:
+    {${cstr(bn)}, ${gamma}u, ${beta}u, ${mean}u, ${var}u, ${repr(float(eps))}},
+% endfor
+};
+% endfor
+% if folds:
+static const aotrt_fold folds[] = {
+% for i, f in enumerate(folds):
+    {${cstr(f.layer)}, ${f.weight}, ${f.bias}, ${f.channels}u, ${f.per_channel}u, ${f.weight_offset}u, ${0 if f.bias_offset is None else 1}, ${f.bias_offset or 0}u, ${len(f.batchnorms)}, fold_bn_${i}},
+% endfor
+};
+% endif
+
 % for i, l in enumerate(launches):
 static const aotrt_arg args_${i}[] = {${", ".join(l["args"])}};
 % endfor
@@ -53,6 +69,7 @@ static const aotrt_desc desc = {
     ${len(programs)}, programs,
     ${len(buffers)}, buffers,
     ${len(params)}, ${"params" if params else "0"}, ${param_count}u,
+    ${len(folds)}, ${"folds" if folds else "0"},
     ${len(launches)}, launches, ${kernel_count},
     {${input[0]}, ${input[1]}u},
     ${len(outputs)}, outputs, ${output_count}u,
