@@ -264,6 +264,7 @@ def check_netyaml(data, batch=None):
 
 def check_netdict(x):
     d, batch = x
+    d = fi.materialise(d)
     net = expect_clean(spec.network_from_dict, d, batch=batch)
     if net is not None:
         _loaded_network(net)

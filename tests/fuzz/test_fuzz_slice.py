@@ -2,9 +2,27 @@
 every generated net.yaml, net dict, weights file, records file and parameter file either loads
 or raises an AotconvError with a one-line message; hostile layer names build and come back
 exact. A few hundred inputs, derandomized, so a failure here replays the same way."""
+from pathlib import Path
+
 import pytest
 
 import fuzz_targets as ft
+
+# Inputs that broke a reader once, or that every reader must survive (billion laughs, deep
+# nesting, huge ints, NUL bytes, newlines in names and keys, .npy and pickles for .npz, ...),
+# each saved as its target writes a reproducer: <target>-<what>.<suffix>. `make fuzz` writes
+# new ones to build/fuzz; the ones worth keeping are copied here.
+FOUND = Path(__file__).parent / "found"
+# the ones whose fix is still to come: name -> where the fix belongs
+OPEN = {
+    "netdict-int-of-4301-digits-as-out": "aotconv/spec.py _number_problem (OverflowError)",
+    "netyaml_raw-int-of-4301-digits": "aotconv/spec.py _value (ValueError from int())",
+    "netyaml_raw-int-of-4301-digits-as-op": "aotconv/spec.py _value (ValueError from int())",
+    "weights-newline-in-an-extra-key": "aotconv/params.py from_npz (the key printed raw)",
+    **{f"paths-{c}-{r}": "the file name printed raw in the message (aotconv/errors.py "
+                          "SpecError and the readers' own messages)"
+       for c in ("newline", "carriage-return") for r in ("netyaml", "params", "weights")},
+}
 
 # inputs per target; about 20 s in all on 2 busy cores, most of it the PoCL library and emit
 SLICE = {"netyaml": 80, "netyaml_raw": 80, "netdict": 80, "weights": 60, "records": 25,
@@ -47,3 +65,15 @@ def test_the_oracle_refuses_what_it_must():
     noisy = ft.Target("noisy", "", None, lambda x: print("x\ny", file=__import__("sys").stderr))
     with pytest.raises(ft.Failure, match="stderr"):
         ft.guarded(noisy, None)
+
+
+@pytest.mark.parametrize("path", sorted(FOUND.iterdir()), ids=lambda p: p.stem)
+def test_found_input_loads_or_gives_a_one_line_error(path):
+    if path.stem in OPEN:
+        pytest.xfail(f"open: {OPEN[path.stem]}")
+    target = ft.TARGETS[path.name.split("-")[0]]
+    why = ft.available(target)
+    if why:
+        pytest.skip(why)
+    e = ft.replay(target, path)
+    assert e is None, f"{path.name}: {ft.signature(e)}: {ft.last_line(e)}"
