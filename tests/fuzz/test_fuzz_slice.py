@@ -23,10 +23,21 @@ OPEN = {
                           "SpecError and the readers' own messages)"
        for c in ("newline", "carriage-return") for r in ("netyaml", "params", "weights")},
 }
+# the same open failures as the slice meets them, per target: (kind, file, function), see
+# fuzz_targets.place; met, they make the test an expected failure instead of hiding it
+_INT_DIGITS = {("OverflowError", "aotconv/spec.py", "_number_problem"),
+               ("ValueError", "aotconv/spec.py", "_value")}
+OPEN_PLACES = {
+    "netyaml": _INT_DIGITS, "netyaml_raw": _INT_DIGITS, "netdict": _INT_DIGITS,
+    "paths": {("multi-line message", "aotconv/spec.py", "_input_shape"),
+              ("multi-line message", "aotconv/params.py", "check_bin_size"),
+              ("multi-line message", "aotconv/params.py", "_open_npz")},
+    "weights": {("multi-line message", "aotconv/params.py", "from_npz")},
+}
 
-# inputs per target; about 20 s in all on 2 busy cores, most of it the PoCL library and emit
+# inputs per target; about 10 s in all, most of it the PoCL library and emit
 SLICE = {"netyaml": 80, "netyaml_raw": 80, "netdict": 80, "weights": 60, "records": 25,
-         "params_bin": 40, "params_c": 15, "emit": 4, "paths": 30}
+         "params_bin": 40, "params_c": 15, "emit": 6, "paths": 30}
 
 
 @pytest.mark.parametrize("name", list(SLICE))
@@ -35,11 +46,15 @@ def test_every_input_loads_or_gives_a_one_line_error(name):
     why = ft.available(target)
     if why:
         pytest.skip(why)
-    stats = ft.run(target, SLICE[name], derandomize=True, max_failures=1)
+    stats = ft.run(target, SLICE[name], derandomize=True, max_failures=1,
+                   ignore=OPEN_PLACES.get(name, ()))
     for f in stats.found:
         pytest.fail(f"{name}: {f.sig[0]} at {f.sig[1]}\n{f.error}\ninput: {ft.describe(f, 600)}"
                     f"\n{f.traceback}")
     assert stats.inputs >= SLICE[name] // 2
+    open_hits = sorted({ft.place(sig) for sig in stats.hits})
+    if open_hits:
+        pytest.xfail(f"open: {open_hits}")
 
 
 def test_the_oracle_refuses_what_it_must():
