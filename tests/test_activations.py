@@ -350,3 +350,26 @@ OTHER = ("conv_tiled", "conv_igemm", "conv_im2col", "conv_winograd", "conv_1x1",
 def test_act_in_every_epilogue(cl_ctx, name):
     _, raw = ACT_CASES[OTHER.index(name) % len(ACT_CASES)]
     check(cl_ctx, epilogue_layers(raw)[name], BY_NAME[name])
+
+
+# -- PyTorch (where installed) -----------------------------------------------------------------
+
+def test_torch_model_has_every_act():
+    """aotconv.torch_model (the end-to-end reference of the benchmarks) maps every act, as a
+    layer and fused, onto PyTorch's own (relu6, hardswish, silu, gelu) or clamps, and agrees
+    with the numpy reference; layer names with '.' are fine."""
+    torch = pytest.importorskip("torch")
+    from aotconv import params, torch_model
+    layers = [{"name": "in.0", "op": "conv", "out": 6, "kernel": 3, "pad": 1}]
+    for i, (aid, raw) in enumerate(ACT_CASES):
+        op, r = standalone(raw)
+        layers.append(dict(raw, name=f"c.{i}", op="conv", out=6, kernel=3, pad=1))
+        layers.append(dict(r, name=f"a.{i}", op=op))
+    layers += [{"name": "d.0", "op": "dense", "out": 5, "act": "gelu_tanh"}]
+    n = network_from_dict({"name": "acts", "input": [2, 3, 9, 7], "layers": layers})
+    flat = params.random_params(n, seed=3)
+    x = np.random.default_rng(4).standard_normal(n.input_shape).astype(np.float32) * 3
+    with torch.no_grad():
+        got = torch_model.build(n, flat)(torch.from_numpy(x)).numpy()
+    ok, err = harness.close(got, reference.run_network(n, x, flat)[0])
+    assert ok, err
