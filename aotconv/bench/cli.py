@@ -37,7 +37,7 @@ def add_commands(sub):
     b.add_argument("--refs", default="auto", help="auto (every one present), none, or "
                    "comma-separated from: torch, clblast")
     b.add_argument("--e2e", help="networks end to end as net:batch,... (default "
-                   "vgg16:1,vgg16:16,alexnet:128)")
+                   "vgg16:1,vgg16:16,alexnet:128,resnet50:1,resnet50:32,mobilenet_v2:1)")
     b.add_argument("--scale", help="cap every batch (layers and end to end), e.g. N=1 for the "
                    "2-core CPU; recorded in the JSON")
     b.add_argument("--repeats", type=int, help="timed repeats (default 30 on a GPU, 7 on a CPU)")
@@ -51,6 +51,10 @@ def add_commands(sub):
     b.add_argument("--deadline", type=float, help="seconds: start nothing new after this, "
                    "write what was measured")
     b.add_argument("--jobs", type=int, help="parallel kernel compiles while tuning")
+    b.add_argument("--torch-compile", default="reduce-overhead",
+                   help="torch.compile modes timed end to end on a GPU beside eager and its "
+                        "CUDA graph, comma-separated (reduce-overhead, max-autotune, default) or "
+                        "none (default: reduce-overhead)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--workdir", default="build/bench", help="where end-to-end builds go")
     b.add_argument("--out", help="JSON path (default build/bench/bench-<target>-<date>.json)")

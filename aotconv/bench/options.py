@@ -6,7 +6,8 @@ from ..errors import AotconvError
 from ..tune.measure import Measurer
 from ..tune.search import parse_budget
 
-E2E_DEFAULT = (("vgg16", 1), ("vgg16", 16), ("alexnet", 128))
+E2E_DEFAULT = (("vgg16", 1), ("vgg16", 16), ("alexnet", 128), ("resnet50", 1), ("resnet50", 32),
+               ("mobilenet_v2", 1))
 
 
 def parse_scale(text):
@@ -55,6 +56,8 @@ class Options:
         self.verify_max_gflop = a.verify_max_gflop
         self.workdir = a.workdir
         self.target_arg = a.target
+        self.torch_compile = [m for m in (getattr(a, "torch_compile", None) or "none").split(",")
+                              if m and m != "none"]
         self.deadline = (time.monotonic() + a.deadline) if a.deadline else None
         self._measurer = None
 

@@ -262,7 +262,39 @@ def e2e_table(rows, ref_label):
             f"{_ms(t.get('eager_ms')) if t.get('eager_ms') else t.get('note', '-')} | "
             f"{_ms(t.get('wall_ms'))} | {_f(r.get('ratio_wall'), '{:.2f}')} | "
             f"{_f(r.get('ratio_kernels'), '{:.2f}')} | {_f(r.get('max_error'), '{:.1e}')} |")
+    ways = _torch_ways(rows)
+    if ways:
+        lines += ["", f"The best {ref_label} time of each network, every way it was run on a "
+                      f"device-resident input (CUDA events), against ours from the pinned "
+                      f"buffers (or numpy memory where those were not had):", "",
+                  "| network | batch | ours kernels | ours ms | " + " | ".join(f"{ref_label} {w} ms"
+                                                            for w in ways)
+                  + f" | best {ref_label} | ours / best |",
+                  "|" + "---|" * (6 + len(ways))]
+        for r in rows:
+            o, t = r.get("ours") or {}, r.get("torch") or {}
+            if o.get("error") or not t.get("best_ms"):
+                continue
+            cells = [_ms(t.get(f"{w}_ms")) if t.get(f"{w}_ms") else
+                     (t.get(f"{w}_note") or "-").replace("|", "/")[:60] for w in ways]
+            lines.append(f"| {r['net']} | {r['batch']} | {o.get('launches', '-')} | "
+                         f"{_ms(o.get('run_pinned_ms') or o.get('run_ms'))} | "
+                         + " | ".join(cells)
+                         + f" | {t['best'][:-3]} | {_f(r.get('ratio_best'), '{:.2f}')} |")
     return "\n".join(lines)
+
+
+def _torch_ways(rows):
+    """The ways the reference ran (eager, graph, compile_<mode>), in first-seen order."""
+    ways = []
+    for r in rows:
+        for k in (r.get("torch") or {}):
+            for suffix in ("_ms", "_note"):
+                if k.endswith(suffix) and k not in ("wall_ms", "best_ms"):
+                    w = k[:-len(suffix)]
+                    if w not in ways:
+                        ways.append(w)
+    return ways if len(ways) > 1 else []
 
 
 def markdown(doc):
