@@ -26,7 +26,6 @@ import itertools
 from mako.lookup import TemplateLookup
 
 from ..errors import AotconvError
-from ..graph import count
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
 _lookup = TemplateLookup(directories=[str(TEMPLATE_DIR)], strict_undefined=True,
@@ -69,6 +68,63 @@ class Config:
 
     def __str__(self):
         return ",".join(f"{k}={v}" for k, v in self.items) or "-"
+
+
+class Unbound(BaseException):
+    """A constraint read a knob that the partial point being judged has not set yet. A
+    BaseException, so that a constraint's own `except Exception` cannot mistake it for a
+    verdict."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.name = name
+
+
+class _PartialDict(dict):
+    """`as_dict()` of a partial point: reading an unset knob raises Unbound."""
+
+    def __init__(self, items, names):
+        super().__init__(items)
+        self._names = names
+
+    def __missing__(self, key):
+        raise Unbound(key) if key in self._names else KeyError(key)
+
+    def get(self, key, default=None):
+        if key in self._names and not dict.__contains__(self, key):
+            raise Unbound(key)
+        return dict.get(self, key, default)
+
+
+class Partial(Config):
+    """The first knobs of a point (in knob order), judged before the rest are chosen
+    (aotconv.space's staged walk)."""
+
+    def __init__(self, items, names, last=None):
+        super().__init__(items)
+        object.__setattr__(self, "_names", names)
+        object.__setattr__(self, "_last", last)          # the last knob in knob order
+
+    def __getitem__(self, name):
+        try:
+            return self._map[name]
+        except KeyError:
+            raise (Unbound(name) if name in self._names else KeyError(name)) from None
+
+    def get(self, name, default=None):
+        if name in self._names and name not in self._map:
+            raise Unbound(name)
+        return self._map.get(name, default)
+
+    def as_dict(self):
+        return _PartialDict(self.items, self._names)
+
+
+def whole(cfg):
+    """For a constraint that reads every knob (launches, buffers): on a partial point of the
+    staged walk, wait for the whole point instead of waking at each knob it reads in turn."""
+    if isinstance(cfg, Partial):
+        raise Unbound(cfg._last)
 
 
 @dataclass(frozen=True)
@@ -145,106 +201,18 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
-# -- what the one-dimensional variants share ----------------------------------------------------
-# The direct variants (pooling, LRN, elementwise, the direct convolutions, the reductions)
-# launch one flat range of work-items in work-groups of WG; these are their common knob,
-# constraints and launch.
-
-def wg_knob():
-    return Knob("WG", (64, 32, 128, 256), "work-items per work-group")
-
-
-def wg_fills_simd():
-    return Constraint("wg_fills_simd", "hardware",
-                      "a work-group smaller than the SIMD width (warp, wavefront) leaves lanes "
-                      "idle", lambda layer, cfg, t: cfg["WG"] % t.simd_width == 0)
+def pow2_at_least(x):
+    """The smallest power of two >= x (1 for x <= 1)."""
+    p = 1
+    while p < x:
+        p *= 2
+    return p
 
 
-def wg_not_wasteful(items):
-    """`items(layer, cfg)`: the work-items the launch needs before rounding up to WG."""
-    return Constraint("wg_not_wasteful", "software",
-                      "a work-group larger than the whole launch only adds idle work-items",
-                      lambda layer, cfg, t: cfg["WG"] <= max(64, items(layer, cfg)))
+def bias_arg(layer):
+    """The bias argument of a layer's epilogue: (Param("bias"),), or () for a layer without."""
+    return (Param("bias"),) if layer.attrs["bias"] else ()
 
-
-def flat_launch(prefix, args, items, wg, phase="run"):
-    """One launch of `items` work-items (rounded up to whole work-groups of `wg`)."""
-    return Launch(prefix, args, (round_up(items, wg),), (wg,), phase)
-
-
-def vec_items(layer, cfg):
-    """Work-items of an elementwise launch over the output, VEC elements each."""
-    return ceil_div(count(layer.out_shape), cfg["VEC"])
-
-
-def vec_knob():
-    return Knob("VEC", (1, 2, 4, 8), "elements per work-item")
-
-
-def elementwise_constraints():
-    """An elementwise launch: VEC elements per work-item, vec_items work-items."""
-    return (
-        Constraint("vec_not_wasteful", "software",
-                   "a work-item block larger than the tensor only adds idle lanes",
-                   lambda layer, cfg, t: cfg["VEC"] <= max(1, count(layer.out_shape))),
-        wg_not_wasteful(vec_items),
-        wg_fills_simd(),
-    )
-
-
-def channel_block_knob():
-    return Knob("KB", (1, 2, 4, 8), "output channels per work-item (register block)")
-
-
-def channel_block_constraints(items):
-    """A direct convolution whose work-items compute KB output channels each; `items(layer,
-    cfg)` is its launch's work-item count."""
-    return (
-        Constraint("kb_divides_group", "algorithm",
-                   "a work-item's block of KB output channels must lie in one group, so that "
-                   "it reads one set of input channels",
-                   lambda layer, cfg, t: (layer.out_shape[1] // layer.attrs["groups"]) % cfg["KB"] == 0),
-        wg_not_wasteful(items),
-        wg_fills_simd(),
-    )
-
-
-def reduction_knobs(what):
-    return [Knob("RED", ("item", "group"), f"one {what} per work-item or per work-group"),
-            wg_knob()]
-
-
-def reduction_constraints(units, width, width_name, width_reason):
-    """The constraints of a variant with knob RED: "item" gives each of `units(layer)` outputs
-    one work-item; "group" gives each a work-group whose work-items stride over `width(layer)`
-    values and combine them by a tree in local memory."""
-    return (
-        Constraint("tree_needs_pow2", "algorithm",
-                   "the local-memory reduction halves the work-group each step",
-                   lambda layer, cfg, t: cfg["RED"] == "item" or cfg["WG"] & (cfg["WG"] - 1) == 0),
-        Constraint(f"group_not_wider_than_{width_name}", "software", width_reason,
-                   lambda layer, cfg, t: cfg["RED"] == "item" or cfg["WG"] <= max(32, width(layer))),
-        Constraint("wg_not_wasteful", "software",
-                   "a work-group larger than the whole launch only adds idle work-items",
-                   lambda layer, cfg, t: cfg["RED"] == "group" or cfg["WG"] <= max(64, units(layer))),
-        wg_fills_simd(),
-    )
-
-
-def reduction_local_mem(cfg):
-    return 4 * cfg["WG"] if cfg["RED"] == "group" else 0
-
-
-def reduction_launch(prefix, args, units, cfg):
-    """A work-item per unit (RED=item) or a work-group per unit (RED=group)."""
-    wg = cfg["WG"]
-    g = units * wg if cfg["RED"] == "group" else round_up(units, wg)
-    return Launch(prefix, args, (g,), (wg,))
-
-
-def conv_args(layer):
-    """The arguments of a direct convolution or dense kernel: input, weight, [bias], output."""
-    return (In(0), Param("weight")) + ((Param("bias"),) if layer.attrs["bias"] else ()) + (Out(),)
 
 
 class Variant:
@@ -260,7 +228,12 @@ class Variant:
 
     # -- domain ---------------------------------------------------------------------------------
     def supports(self, layer):
-        return None if layer.op in self.ops else f"{self.name} implements {self.ops}, not {layer.op}"
+        """None when the variant implements `layer`'s op; variants with a narrower domain
+        (kernel sizes, strides, groups...) call this first, then say what else they need."""
+        if layer.op in self.ops:
+            return None
+        ops = self.ops[0] if len(self.ops) == 1 else " or ".join(self.ops)
+        return f"{self.name} implements {ops}, not {layer.op}"
 
     def layouts_of(self, layer, cfg):
         """(layout of the input read, layout of the output written) by `cfg`: "NCHW", "CHWN" or

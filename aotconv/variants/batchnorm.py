@@ -4,8 +4,10 @@ FOLD="setup": a setup launch (<prefix>_fold, once in set_params) folds the four 
 tensors into a per-channel scale and shift; each run is one multiply-add per element.
 FOLD="inline": no extra buffer; every element recomputes its channel's scale and shift.
 """
-from .base import (Variant, Knob, In, Out, Param, Buffer, elementwise_constraints, flat_launch,
-                   vec_items, vec_knob, wg_knob)
+from .base import Buffer, In, Knob, Out, Param, Variant
+from .flat import elementwise_constraints, flat_launch, vec_items, vec_knob, wg_knob
+
+_PARAMS = tuple(Param(t) for t in ("gamma", "beta", "mean", "var"))
 
 
 class BatchnormDirect(Variant):
@@ -27,9 +29,8 @@ class BatchnormDirect(Variant):
 
     def launches(self, layer, cfg, prefix):
         wg, items = cfg["WG"], vec_items(layer, cfg)
-        prm = tuple(Param(t) for t in ("gamma", "beta", "mean", "var"))
         if cfg["FOLD"] == "inline":
-            return [flat_launch(prefix, (In(0),) + prm + (Out(),), items, wg)]
-        return [flat_launch(f"{prefix}_fold", prm + (Buffer("scale_shift"),), layer.in_shape[1],
-                            wg, phase="setup"),
+            return [flat_launch(prefix, (In(0),) + _PARAMS + (Out(),), items, wg)]
+        return [flat_launch(f"{prefix}_fold", _PARAMS + (Buffer("scale_shift"),),
+                            layer.in_shape[1], wg, phase="setup"),
                 flat_launch(prefix, (In(0), Buffer("scale_shift"), Out()), items, wg)]

@@ -4,8 +4,8 @@ MODE="fused": one launch over the output; each work-item picks its source by cha
 MODE="split": one launch per input (kernels <prefix>_0, <prefix>_1, ...), each a plain copy
 into its channel range: no branching, but one launch per input.
 """
-from .base import (Variant, Knob, In, Out, flat_launch, wg_fills_simd, wg_knob,
-                   wg_not_wasteful)
+from .base import In, Knob, Out, Variant
+from .flat import flat_constraints, flat_launch, wg_knob
 from ..graph import count
 
 
@@ -13,10 +13,7 @@ class ConcatDirect(Variant):
     name = "concat_direct"
     ops = ("concat",)
     template = "kernels/concat.cl.mako"
-    constraints = (
-        wg_not_wasteful(lambda layer, cfg: count(layer.out_shape)),
-        wg_fills_simd(),
-    )
+    constraints = flat_constraints(lambda layer, cfg: count(layer.out_shape))
 
     def knobs(self, layer, target):
         return [Knob("MODE", ("fused", "split"), "one launch for all inputs, or one per input"),

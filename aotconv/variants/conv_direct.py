@@ -3,8 +3,8 @@
 The plain, always-valid conv variant (any kernel, stride, pad, dilation, groups, bias, act):
 no local memory, no weight re-layout; the reference point the tuned variants must beat.
 """
-from .base import (Variant, ceil_div, channel_block_constraints, channel_block_knob, conv_args,
-                   flat_launch, wg_knob)
+from .base import ceil_div
+from .flat import ChannelBlocked, channel_block_constraints
 
 
 def _sizes(layer):
@@ -17,14 +17,17 @@ def _sizes(layer):
                 DH=a["dilation"][0], DW=a["dilation"][1], PT=a["pad"][0], PL=a["pad"][1])
 
 
-class ConvDirect(Variant):
+def _items(layer, cfg):
+    n, k, p, q = layer.out_shape
+    return n * ceil_div(k, cfg["KB"]) * p * q
+
+
+class ConvDirect(ChannelBlocked):
     name = "conv_direct"
     ops = ("conv",)
     template = "kernels/conv_direct.cl.mako"
-    constraints = channel_block_constraints(lambda layer, cfg: _items(layer, cfg))
-
-    def knobs(self, layer, target):
-        return [wg_knob(), channel_block_knob()]
+    constraints = channel_block_constraints(_items)
+    items = staticmethod(_items)
 
     def registers(self, layer, cfg):
         """Estimated 32-bit registers per work-item (aotconv.space checks the device's budget):
@@ -33,11 +36,3 @@ class ConvDirect(Variant):
 
     def template_params(self, layer, cfg):
         return _sizes(layer)
-
-    def launches(self, layer, cfg, prefix):
-        return [flat_launch(prefix, conv_args(layer), _items(layer, cfg), cfg["WG"])]
-
-
-def _items(layer, cfg):
-    n, k, p, q = layer.out_shape
-    return n * ceil_div(k, cfg["KB"]) * p * q

@@ -13,8 +13,8 @@ average without act that divides by the real positions only (count_include_pad f
 padded positions it would count add zeros, not the bias). Otherwise they are applied at each
 window position, before the sum.
 """
-from .base import (Variant, ceil_div, channel_block_constraints, channel_block_knob, conv_args,
-                   flat_launch, wg_knob)
+from .base import ceil_div
+from .flat import ChannelBlocked, channel_block_constraints
 from ..ops import split_conv_pool, conv_pool_mid_shape
 
 
@@ -39,14 +39,12 @@ def _items(layer, cfg):
     return n * ceil_div(k, cfg["KB"]) * p * q
 
 
-class ConvPoolDirect(Variant):
+class ConvPoolDirect(ChannelBlocked):
     name = "conv_pool_direct"
     ops = ("conv_pool",)
     template = "kernels/conv_pool.cl.mako"
-    constraints = channel_block_constraints(lambda layer, cfg: _items(layer, cfg))
-
-    def knobs(self, layer, target):
-        return [wg_knob(), channel_block_knob()]
+    constraints = channel_block_constraints(_items)
+    items = staticmethod(_items)
 
     def registers(self, layer, cfg):
         """KB conv accumulators, KB pool accumulators, about 28 for indices and pointers."""
@@ -54,6 +52,3 @@ class ConvPoolDirect(Variant):
 
     def template_params(self, layer, cfg):
         return _sizes(layer)
-
-    def launches(self, layer, cfg, prefix):
-        return [flat_launch(prefix, conv_args(layer), _items(layer, cfg), cfg["WG"])]

@@ -4,8 +4,7 @@ RED="item": one work-item per output, a sequential dot product of length IN.
 RED="group": one work-group per output; its WG work-items stride over IN and combine their
 partial sums with a tree in local memory (better when IN is large and N*OUT small).
 """
-from .base import (Variant, conv_args, reduction_constraints, reduction_knobs, reduction_launch,
-                   reduction_local_mem)
+from .flat import Reduction, conv_args, reduction_constraints
 from ..graph import count
 
 
@@ -13,23 +12,17 @@ def _items(layer):
     return layer.out_shape[0] * layer.out_shape[1]
 
 
-class DenseDirect(Variant):
+class DenseDirect(Reduction):
     name = "dense_direct"
     ops = ("dense",)
     template = "kernels/dense_direct.cl.mako"
     constraints = reduction_constraints(
-        lambda layer: _items(layer), lambda layer: count(layer.in_shape[1:]), "row",
+        _items, lambda layer: count(layer.in_shape[1:]), "row",
         "in a group reduction, work-items beyond the input length only add zeros")
-
-    def knobs(self, layer, target):
-        return reduction_knobs("output")
-
-    def local_mem_bytes(self, layer, cfg):
-        return reduction_local_mem(cfg)
+    what = "output"
+    units = staticmethod(_items)
+    args = staticmethod(conv_args)
 
     def template_params(self, layer, cfg):
         n, out = layer.out_shape[:2]
         return dict(N=n, IN=count(layer.in_shape[1:]), OUT=out)
-
-    def launches(self, layer, cfg, prefix):
-        return [reduction_launch(prefix, conv_args(layer), _items(layer), cfg)]

@@ -13,7 +13,9 @@ coalesced, aligned VWM/VWN-wide vector. Knobs follow CLBlast's xgemm (MWG, NWG, 
 NDIMC, VWM, VWN; strided per-thread layout, STRM=STRN=1 in CLBlast's terms) plus PRE, a
 register prefetch of the next K tile while the current one is multiplied.
 """
-from .base import Knob, Constraint, Config, NoFallback, ceil_div, round_up
+from .base import Knob, Constraint, ceil_div, pow2_at_least, round_up
+from . import limits
+from .limits import is_valid
 
 GEMM_KNOBS = (
     Knob("MWG", (64, 128, 32, 16), "rows of C (M) per work-group tile"),
@@ -27,29 +29,21 @@ GEMM_KNOBS = (
 )
 GEMM_KNOB_NAMES = tuple(k.name for k in GEMM_KNOBS)
 
-# Preferred points for the untuned fallback, best-for-big-layers first; the last one passes
+
+def _fallback_point(mwg, nwg):
+    """The untuned point of a MWG x NWG tile: 16 work-items along a side of 64 or more, else 8;
+    vectors of 4 along a side of 32 or more, else 2; a K step of 16 (8 for the 16 x 16 tile);
+    the next K tile prefetched."""
+    return dict(MWG=mwg, NWG=nwg, KWG=8 if mwg == nwg == 16 else 16,
+                MDIMC=16 if mwg >= 64 else 8, NDIMC=16 if nwg >= 64 else 8,
+                VWM=4 if mwg >= 32 else 2, VWN=4 if nwg >= 32 else 2, PRE=1)
+
+
+# Preferred tiles for the untuned fallback, best-for-big-layers first; the last one passes
 # every constraint below for any problem size and any target with >= 64 work-items.
-_FALLBACKS = (
-    (128, 128, 16, 16, 16, 4, 4, 1),
-    (64, 128, 16, 16, 16, 4, 4, 1),
-    (128, 64, 16, 16, 16, 4, 4, 1),
-    (64, 64, 16, 16, 16, 4, 4, 1),
-    (32, 64, 16, 8, 16, 4, 4, 1),
-    (64, 32, 16, 16, 8, 4, 4, 1),
-    (32, 32, 16, 8, 8, 4, 4, 1),
-    (16, 64, 16, 8, 16, 2, 4, 1),
-    (64, 16, 16, 16, 8, 4, 2, 1),
-    (16, 32, 16, 8, 8, 2, 4, 1),
-    (32, 16, 16, 8, 8, 4, 2, 1),
-    (16, 16, 8, 8, 8, 2, 2, 1),
-)
-
-
-def pow2_at_least(x):
-    p = 1
-    while p < x:
-        p *= 2
-    return p
+_FALLBACKS = tuple(_fallback_point(m, n) for m, n in (
+    (128, 128), (64, 128), (128, 64), (64, 64), (32, 64), (64, 32), (32, 32), (16, 64),
+    (64, 16), (16, 32), (32, 16), (16, 16)))
 
 
 def derived(cfg):
@@ -116,40 +110,15 @@ def gemm_constraints(dims):
     )
 
 
-def is_valid(variant, layer, cfg, target):
-    """Every named constraint plus the device limits aotconv.space adds (work-group size, local
-    memory, registers, occupancy): what the tuner would let through."""
-    from ..space import constraints_of
-    if variant.supports(layer) is not None:
-        return False
-    return all(con.check(layer, cfg, target) for con in constraints_of(variant, target))
-
-
 def first_valid(variant, layer, target, extra_points, work_groups=None):
-    """The untuned choice: the first fallback GEMM point (each merged with `extra_points`,
-    dicts of the variant's own knobs in order of preference, e.g. split-K) valid for `layer`
-    under `target` whose grid `work_groups(layer, cfg)` gives every compute unit a work-group;
-    when none does, the valid point with the largest grid. Big tiles first: splitting K is
-    cheaper than shrinking the tiles."""
-    best, best_wg = None, -1
-    for p in _FALLBACKS:
-        for extra in extra_points:
-            d = dict(zip(GEMM_KNOB_NAMES, p))
-            d.update(extra)
-            cfg = Config(tuple((k.name, d[k.name]) for k in variant.knobs(layer, target)))
-            if not is_valid(variant, layer, cfg, target):
-                continue
-            if work_groups is None:
-                return cfg
-            wg = work_groups(layer, cfg)
-            if wg >= target.compute_units:
-                return cfg
-            if wg > best_wg:
-                best, best_wg = cfg, wg
-    if best is None:
-        raise NoFallback(f"{variant.name}: no fallback point is valid for layer '{layer.name}' "
-                         f"on {target.name}")
-    return best
+    """The untuned choice (limits.first_valid): the first fallback GEMM point, each merged with
+    `extra_points` (dicts of the variant's own knobs in order of preference, e.g. split-K), valid
+    for `layer` under `target` whose grid `work_groups(layer, cfg)` gives every compute unit a
+    work-group; when none does, the valid point with the largest grid. Big tiles first:
+    splitting K is cheaper than shrinking the tiles."""
+    points = [dict(p, **extra) for p in _FALLBACKS for extra in extra_points]
+    return limits.first_valid(variant, layer, target, points,
+                              None if work_groups is None else lambda c: work_groups(layer, c))
 
 
 _MEMO = {}

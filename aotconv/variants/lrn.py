@@ -4,8 +4,8 @@ y[c] = x[c] / (k + alpha/size * sum_{j=c-size/2}^{c+(size-1)/2} x[j]^2) ^ beta, 
 One work-item handles CB consecutive channels of one (n, h, w) and slides the window sum
 (add the channel entering, subtract the one leaving) instead of re-summing `size` squares.
 """
-from .base import (Variant, Knob, Constraint, In, Out, ceil_div, flat_launch, wg_fills_simd,
-                   wg_knob, wg_not_wasteful)
+from .base import Constraint, Knob, ceil_div
+from .flat import Flat, flat_constraints, wg_knob
 
 
 def _items(layer, cfg):
@@ -13,17 +13,15 @@ def _items(layer, cfg):
     return n * ceil_div(c, cfg["CB"]) * h * w
 
 
-class LrnDirect(Variant):
+class LrnDirect(Flat):
     name = "lrn_direct"
     ops = ("lrn",)
     template = "kernels/lrn.cl.mako"
-    constraints = (
-        Constraint("cb_within_channels", "software",
-                   "a channel block longer than the channel count only adds idle iterations",
-                   lambda layer, cfg, t: cfg["CB"] <= max(1, layer.in_shape[1])),
-        wg_not_wasteful(lambda layer, cfg: _items(layer, cfg)),
-        wg_fills_simd(),
-    )
+    constraints = flat_constraints(_items, Constraint(
+        "cb_within_channels", "software",
+        "a channel block longer than the channel count only adds idle iterations",
+        lambda layer, cfg, t: cfg["CB"] <= max(1, layer.in_shape[1])))
+    items = staticmethod(_items)
 
     def knobs(self, layer, target):
         return [wg_knob(),
@@ -32,6 +30,3 @@ class LrnDirect(Variant):
     def template_params(self, layer, cfg):
         n, c, h, w = layer.in_shape
         return dict(N=n, C=c, HW=h * w)
-
-    def launches(self, layer, cfg, prefix):
-        return [flat_launch(prefix, (In(0), Out()), _items(layer, cfg), cfg["WG"])]

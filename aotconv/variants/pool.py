@@ -4,8 +4,8 @@ One work-item computes QB neighbouring outputs along a row. Max pooling skips pa
 positions; average pooling divides by the window clipped to the padded input (the ceil_mode
 overhang never counts) and, without count_include_pad, clipped to the input itself.
 """
-from .base import (Variant, Knob, Constraint, In, Out, ceil_div, flat_launch, wg_fills_simd,
-                   wg_knob, wg_not_wasteful)
+from .base import Constraint, Knob, ceil_div
+from .flat import Flat, flat_constraints, wg_knob
 
 
 def _items(layer, cfg):
@@ -13,17 +13,15 @@ def _items(layer, cfg):
     return n * c * p * ceil_div(q, cfg["QB"])
 
 
-class PoolDirect(Variant):
+class PoolDirect(Flat):
     name = "pool_direct"
     ops = ("maxpool", "avgpool")
     template = "kernels/pool.cl.mako"
-    constraints = (
-        Constraint("qb_within_row", "software",
-                   "a block of outputs longer than the output row only adds idle iterations",
-                   lambda layer, cfg, t: cfg["QB"] <= max(1, layer.out_shape[3])),
-        wg_not_wasteful(lambda layer, cfg: _items(layer, cfg)),
-        wg_fills_simd(),
-    )
+    constraints = flat_constraints(_items, Constraint(
+        "qb_within_row", "software",
+        "a block of outputs longer than the output row only adds idle iterations",
+        lambda layer, cfg, t: cfg["QB"] <= max(1, layer.out_shape[3])))
+    items = staticmethod(_items)
 
     def knobs(self, layer, target):
         return [wg_knob(),
@@ -37,6 +35,3 @@ class PoolDirect(Variant):
                     SH=a["stride"][0], SW=a["stride"][1], PH=a["pad"][0], PW=a["pad"][1],
                     is_max=layer.op == "maxpool",
                     include_pad=a.get("count_include_pad", False))
-
-    def launches(self, layer, cfg, prefix):
-        return [flat_launch(prefix, (In(0), Out()), _items(layer, cfg), cfg["WG"])]
