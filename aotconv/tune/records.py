@@ -24,7 +24,6 @@ infinite, zero or negative time, an unknown outcome) is skipped, and each file's
 are reported in one warning. Appends write one whole line with one write, starting on a fresh
 line when the file does not end with one, so a torn tail never swallows the next record.
 """
-import ast
 import hashlib
 import json
 import math
@@ -124,31 +123,22 @@ def kernel_hash(variant, layer, cfg):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-_ATTR = re.compile(r",(?=[A-Za-z_][A-Za-z_0-9]*=)")
-
-
-def _attr_value(text):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text                             # a bare word: act=relu
-
-
 def layer_of(op):
     """The layer (shapes, attributes and parameters) an op signature (Layer.signature_str)
     describes, or None when the text does not rebuild to the same signature."""
     from ..graph import Layer
     from ..ops import infer
+    from .strategies.seeding import parse_signature
+    parsed = parse_signature(op)
+    if parsed is None:
+        return None
+    name, shapes, out_shape, attrs = parsed
     try:
-        name, ins, out, attrs = op.split("|", 3)
-        shapes = [tuple(int(x) for x in s.split("x")) for s in ins.split("+")]
-        out_shape = tuple(int(x) for x in out.split("x"))
-        kv = [a.split("=", 1) for a in _ATTR.split(attrs)] if attrs else []
-        layer = Layer("record", name, {k: _attr_value(v) for k, v in kv},
-                      ["input"] * len(shapes), in_shapes=shapes, out_shape=out_shape)
+        layer = Layer("record", name, attrs, ["input"] * len(shapes), in_shapes=shapes,
+                      out_shape=out_shape)
         if layer.signature_str() != op:
             return None
-        shape, layer.params = infer(name, dict(layer.attrs), [list(s) for s in shapes])
+        shape, layer.params = infer(name, dict(attrs), [list(s) for s in shapes])
         return layer if tuple(shape) == out_shape else None
     except Exception:                           # not a signature of any op this version knows
         return None
