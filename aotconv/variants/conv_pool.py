@@ -13,8 +13,7 @@ average without act that divides by the real positions only (count_include_pad f
 padded positions it would count add zeros, not the bias). Otherwise they are applied at each
 window position, before the sum.
 """
-from .base import ceil_div
-from .flat import ChannelBlocked, channel_block_constraints
+from .flat import ChannelBlocked
 from ..ops import split_conv_pool, conv_pool_mid_shape
 
 
@@ -34,17 +33,10 @@ def _sizes(layer):
                 include_pad=pool.get("count_include_pad", False))
 
 
-def _items(layer, cfg):
-    n, k, p, q = layer.out_shape
-    return n * ceil_div(k, cfg["KB"]) * p * q
-
-
 class ConvPoolDirect(ChannelBlocked):
     name = "conv_pool_direct"
     ops = ("conv_pool",)
     template = "kernels/conv_pool.cl.mako"
-    constraints = channel_block_constraints(_items)
-    items = staticmethod(_items)
 
     def registers(self, layer, cfg):
         """KB conv accumulators, KB pool accumulators, about 28 for indices and pointers."""

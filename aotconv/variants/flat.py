@@ -7,8 +7,9 @@ constraints and launches, and two base classes that declare such a variant from 
 
 - `Flat`: one launch of `items(layer, cfg)` work-items over `args(layer)`; its constraints are
   `flat_constraints(items, *own)`: the variant's own, then a work-group no larger than the
-  launch and a whole number of SIMD groups; `ChannelBlocked`, the direct convolutions: KB
-  output channels per work-item;
+  launch and a whole number of SIMD groups; `Blocked`: work-items that each take a block of
+  consecutive outputs along one dimension (pool_direct, lrn_direct), `ChannelBlocked`: KB
+  output channels (the direct convolutions);
 - `Reduction`: knob RED, one of `units(layer)` outputs per work-item ("item") or per
   work-group ("group", a tree in local memory); its constraints are `reduction_constraints`.
 """
@@ -62,20 +63,6 @@ def elementwise_constraints():
         lambda layer, cfg, t: cfg["VEC"] <= max(1, count(layer.out_shape))))
 
 
-def channel_block_knob():
-    return Knob("KB", (1, 2, 4, 8), "output channels per work-item (register block)")
-
-
-def channel_block_constraints(items):
-    """A direct convolution whose work-items compute KB output channels each; `items(layer,
-    cfg)` is its launch's work-item count."""
-    return flat_constraints(items, Constraint(
-        "kb_divides_group", "algorithm",
-        "a work-item's block of KB output channels must lie in one group, so that it reads one "
-        "set of input channels",
-        lambda layer, cfg, t: (layer.out_shape[1] // layer.attrs["groups"]) % cfg["KB"] == 0))
-
-
 def conv_args(layer):
     """The arguments of a direct convolution or dense kernel: input, weight, [bias], output."""
     return (In(0), Param("weight")) + bias_arg(layer) + (Out(),)
@@ -95,12 +82,63 @@ class Flat(Variant):
         return [flat_launch(prefix, self.args(layer), self.items(layer, cfg), cfg["WG"])]
 
 
-class ChannelBlocked(Flat):
-    """A direct convolution: each work-item computes KB output channels of one output, in one
-    flat launch over input, weight, [bias] and output."""
+def block_items(along, knob):
+    """`items(layer, cfg)` of a launch whose work-items each take `knob` consecutive outputs
+    along output dimension `along`, and one of every other dimension."""
+    def items(layer, cfg):
+        shape = layer.out_shape
+        return count(shape) // shape[along] * ceil_div(shape[along], cfg[knob])
+    return items
+
+
+class Blocked(Flat):
+    """A flat launch whose work-items each compute `block` (a knob, after WG) consecutive
+    outputs along output dimension `along`. A subclass names those, and `within` (the name and
+    reason of the constraint that keeps a block no longer than that dimension) or its `own`
+    constraints; its constraints are then flat_constraints(block_items(along, block), *own)."""
+    block = None                # Knob
+    along = None                # dimension of the output shape
+    within = None               # (name, reason)
+    own = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "constraints" in cls.__dict__:           # declared outright
+            return
+        own, knob, along = tuple(cls.own), cls.block.name, cls.along
+        if cls.within:
+            name, reason = cls.within
+            own += (Constraint(name, "software", reason,
+                               lambda layer, cfg, t: cfg[knob] <= max(1, layer.out_shape[along])),)
+        cls.constraints = flat_constraints(block_items(along, knob), *own)
 
     def knobs(self, layer, target):
-        return [wg_knob(), channel_block_knob()]
+        return [wg_knob(), self.block]
+
+    def items(self, layer, cfg):
+        return block_items(self.along, self.block.name)(layer, cfg)
+
+
+def kb_divides_group():
+    return Constraint("kb_divides_group", "algorithm",
+                      "a work-item's block of KB output channels must lie in one group, so that "
+                      "it reads one set of input channels",
+                      lambda layer, cfg, t: (layer.out_shape[1] // layer.attrs["groups"])
+                      % cfg["KB"] == 0)
+
+
+def channel_block_constraints(items):
+    """The constraints of a direct convolution whose `items(layer, cfg)` work-items compute KB
+    output channels each (ChannelBlocked's, for a class that states them itself)."""
+    return flat_constraints(items, kb_divides_group())
+
+
+class ChannelBlocked(Blocked):
+    """A direct convolution: each work-item computes KB output channels of one output, in one
+    flat launch over input, weight, [bias] and output."""
+    block = Knob("KB", (1, 2, 4, 8), "output channels per work-item (register block)")
+    along = 1
+    own = (kb_divides_group(),)
 
     def args(self, layer):
         return conv_args(layer)

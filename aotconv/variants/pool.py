@@ -4,28 +4,18 @@ One work-item computes QB neighbouring outputs along a row. Max pooling skips pa
 positions; average pooling divides by the window clipped to the padded input (the ceil_mode
 overhang never counts) and, without count_include_pad, clipped to the input itself.
 """
-from .base import Constraint, Knob, ceil_div
-from .flat import Flat, flat_constraints, wg_knob
+from .base import Knob
+from .flat import Blocked
 
 
-def _items(layer, cfg):
-    n, c, p, q = layer.out_shape
-    return n * c * p * ceil_div(q, cfg["QB"])
-
-
-class PoolDirect(Flat):
+class PoolDirect(Blocked):
     name = "pool_direct"
     ops = ("maxpool", "avgpool")
     template = "kernels/pool.cl.mako"
-    constraints = flat_constraints(_items, Constraint(
-        "qb_within_row", "software",
-        "a block of outputs longer than the output row only adds idle iterations",
-        lambda layer, cfg, t: cfg["QB"] <= max(1, layer.out_shape[3])))
-    items = staticmethod(_items)
-
-    def knobs(self, layer, target):
-        return [wg_knob(),
-                Knob("QB", (1, 2, 4), "outputs along a row per work-item")]
+    block = Knob("QB", (1, 2, 4), "outputs along a row per work-item")
+    along = 3
+    within = ("qb_within_row",
+              "a block of outputs longer than the output row only adds idle iterations")
 
     def template_params(self, layer, cfg):
         a = layer.attrs
