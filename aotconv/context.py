@@ -26,7 +26,8 @@ class BuildContext:
     device: dict = None          # device_identity(*found): what records are keyed by
     store: object = None         # tune.records.Store
     mode: str = "tune"           # tune | records | fallback
-    budget: object = None        # trials, '10m', or None (the tuner's default)
+    budget: object = None        # trials, None (the tuner's default), or a time budget's
+                                 # tune.search.Clock, started with the build
     strategy: str = None         # a name from tune.strategies, with options
     seed: int = 0
     jobs: int = None             # parallel compiles (None: every core)
@@ -46,6 +47,7 @@ class BuildContext:
         from .tune import strategies
         from .tune.progress import Progress
         from .tune.records import Store
+        from .tune.search import Clock
         if mode not in MODES:
             raise AotconvError(f"unknown choice mode '{mode}'; use {', '.join(MODES)}")
         profile = get_target(target) if isinstance(target, str) else target
@@ -55,7 +57,8 @@ class BuildContext:
         live = with_limits(profile, found[1]) if found is not None else profile
         return cls(profile=profile, target=live, found=found,
                    device=device_identity(*found) if found is not None else None,
-                   store=Store.default(profile, tuning_db), mode=mode, budget=budget,
+                   store=Store.default(profile, tuning_db), mode=mode,
+                   budget=Clock.make(budget, profile) or budget,
                    strategy=strategy, seed=seed, jobs=jobs, require_tuned=require_tuned,
                    share=share, where=parse_where(where),
                    progress=progress or Progress.make(quiet=quiet, json_progress=json_progress),

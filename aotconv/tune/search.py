@@ -6,6 +6,19 @@ layers by their share of the network's estimated cost (roofline time of one laye
 number of times it occurs), capped by each layer's space; whatever a layer leaves unspent goes
 back to the pool for the layers after it. Every layer measures its fallback first (the
 untuned baseline, so the report can show what tuning bought) and at least that one trial.
+
+A time budget is one `Clock` for the whole build (BuildContext makes it when the build
+starts): space enumeration, the worker processes' start, every search (the network's, then the
+pool-fusion, residual and layout-conversion searches that choose is called for afterwards),
+and a reserve for building and running the final library all come out of it. The first search
+reserves FOLLOW_UP of what is left for the searches after it and `Clock.final_reserve` for the
+library; each layer's deadline is recomputed from the clock when the layer starts; a batch is
+cut to what fits before the deadline (strategies.base.Pace); when even the minimum (one
+fallback per layer and the library) cannot fit, the build says so before it starts.
+
+Before its strategy runs, a layer measures its fallbacks and the best points of similar layers
+in the records (strategies.seeding: nearest op signatures of the same op on the same device),
+and the `model` strategy starts from a cost model trained on those records.
 """
 from dataclasses import dataclass
 import math
@@ -20,8 +33,19 @@ from ..space import layer_space, layer_spaces, Candidate, fallback_point
 from .measure import Outcome
 from .records import Key
 from .strategies import Evaluator, run as run_strategy, parse as parse_strategy, DEFAULT
+from .strategies.base import Pace
+from .strategies.seeding import Library
 
 DEFAULT_TRIALS = 64            # per unique layer when no budget is given
+FOLLOW_UP = 0.10               # of a time budget, kept by the first search for the later ones
+FUSABLE_OPS = ("maxpool", "avgpool", "add")     # what the fusion searches may fuse into a conv
+# wall seconds a new candidate costs before this run has measured one (compile dominated:
+# PoCL 1-3 s a kernel on 2 cores, NVIDIA's compiler 0.2-0.5 s)
+PACE_DEFAULT = {"cpu": 1.5, "gpu": 0.5}
+# the final library: ninja, the OpenCL runtime's start and the timing runs, plus one program
+# build per kernel (at this run's mean build time, or this default)
+FINAL_BASE_S = 1.5
+BUILD_DEFAULT = {"cpu": 1.0, "gpu": 0.3}
 
 
 # -- budget ------------------------------------------------------------------------------------
@@ -41,6 +65,8 @@ class Budget:
 
 def parse_budget(text):
     """'200' -> 200 trials; '10m', '90s', '1.5h' -> seconds; None -> the default."""
+    if isinstance(text, Clock):
+        return text.budget
     if text is None or isinstance(text, Budget):
         return text or Budget("default")
     if isinstance(text, (int, float)) and not isinstance(text, bool):
@@ -53,6 +79,78 @@ def parse_budget(text):
     if not m.group(2):
         return Budget("trials", int(n))
     return Budget("seconds", n * {"s": 1, "m": 60, "h": 3600}[m.group(2)])
+
+
+class Clock:
+    """A time budget for a whole build, started once and drawn on by every search of it.
+
+    `end` is start + the budget. The library built after the searches needs `final_reserve`
+    seconds (an estimate: FINAL_BASE_S plus one program build per kernel at the mean build
+    time measured in this run); the first search also leaves the searches after it (pool and
+    residual fusion, layout conversions) FOLLOW_UP of its time, and at least one measurement
+    for every pool and add among its layers (each may become a fused layer to measure).
+    `pace` learns what one new measurement costs."""
+
+    def __init__(self, budget, start=None, kind="gpu"):
+        self.budget = parse_budget(budget)
+        if self.budget.kind != "seconds":
+            raise ValueError("a Clock needs a time budget")
+        self.start = time.monotonic() if start is None else start
+        self.end = self.start + self.budget.amount
+        self.kind = kind
+        self.pace = Pace(PACE_DEFAULT.get(kind, 1.0))
+        self.builds = []                 # compile seconds of this run's measured candidates
+        self.kernels = None              # kernels of the final library (the first search's layers)
+        self.searches = 0
+        self.follow_up = 0.0             # kept for the searches after the first
+        self.warned = False
+
+    @classmethod
+    def make(cls, budget, target=None, start=None):
+        """A Clock for a time budget; None for a trial budget or none."""
+        b = parse_budget(budget)
+        if b.kind != "seconds":
+            return None
+        return cls(b, start, getattr(target, "kind", "gpu") or "gpu")
+
+    def left(self):
+        return self.end - time.monotonic()
+
+    def elapsed(self):
+        return time.monotonic() - self.start
+
+    def build_s(self):
+        """A kernel's compile: the mean of this run's (the library compiles big and small)."""
+        return float(np.mean(self.builds)) if self.builds else BUILD_DEFAULT.get(self.kind, 1.0)
+
+    @property
+    def final_reserve(self):
+        return FINAL_BASE_S + (self.kernels or 0) * self.build_s()
+
+    def search_left(self):
+        """Seconds this moment's search may still spend (after the reserves)."""
+        keep = self.final_reserve + (self.follow_up if self.searches <= 1 else 0.0)
+        return self.left() - keep
+
+    def begin(self, layers, fusable=0, progress=None):
+        """A search of `layers` unique layers starts (`fusable` of them pools or adds): the
+        first fixes the reserves and says so, before anything is measured, when the minimum
+        cannot fit."""
+        self.searches += 1
+        if self.searches == 1:
+            self.kernels = layers
+            self.follow_up = max(FOLLOW_UP * max(0.0, self.left() - self.final_reserve),
+                                 fusable * self.pace.per)
+            floor = (self.elapsed() + (layers + fusable) * self.pace.per
+                     + self.final_reserve)
+            if floor > 1.1 * self.budget.amount and progress is not None and not self.warned:
+                self.warned = True
+                progress.warn(
+                    f"budget {self.budget}: this build needs about {floor:.0f} s at least "
+                    f"({self.elapsed():.0f} s spent before tuning, {layers + fusable} layers "
+                    f"measuring a fallback at about {self.pace.per:.1f} s each, the library's "
+                    f"build and runs about {self.final_reserve:.0f} s); it will take about "
+                    f"that, not {self.budget.amount:g} s")
 
 
 def share(total, weights, caps, floor=1):
@@ -153,8 +251,11 @@ def known_outcomes(space, store, target, device):
 
 
 def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=DEFAULT_TRIALS,
-               deadline=None, seed=0, progress=None, layers=None):
-    """Search `space` (a LayerSpace) on the device; records every outcome as it comes."""
+               deadline=None, seed=0, progress=None, layers=None, clock=None, library=None):
+    """Search `space` (a LayerSpace) on the device; records every outcome as it comes.
+
+    clock: the build's Clock (its pace cuts batches to the deadline; build times feed its
+    reserve); library: a seeding.Library of this device's records, for seeds and a prior."""
     layer = space.layer
     layers = layers or [layer]
     variants = {p.variant.name: p.variant for p in space.parts}
@@ -171,6 +272,10 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
         state["new"] += 1
         extra = {"fallback": True} if cand == fb else {}
         store.append(keys[cand.variant], cand.cfg, o, layer=layer.name, **extra)
+        if clock is not None and o.build_s:
+            clock.builds.append(o.build_s)
+        if library is not None and o.ok:
+            library.add(keys[cand.variant].op, cand.variant, cand.cfg, o.time_ms)
         if progress is not None:
             progress.trial(cand, o, outcomes)
 
@@ -184,12 +289,20 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     seeds = [fb] + [Candidate(p.variant.name, cfg) for p in space.parts
                     if (cfg := fallback_point(layer, p.variant, target)) is not None]
     seeds = [c for c in dict.fromkeys(seeds) if c in grid.index][:max(1, trials)]
+    seed_idx = [grid.index[c] for c in seeds]
+    hints = None
+    if library is not None and len(grid):
+        hints = library.hints(layer.signature_str(), grid, exclude=seed_idx,
+                              max_seeds=min(seeding_max(trials), max(0, trials - len(seeds))))
+        seed_idx += hints.seeds
+    # under a deadline only the first fallback is owed; without one, every variant's
     ev = Evaluator(len(grid), measure, trials=max(1, trials), deadline=deadline,
-                   known=known_costs, min_trials=len(seeds))
+                   known=known_costs, min_trials=1 if deadline is not None else len(seeds),
+                   pace=clock.pace if clock is not None else None, hints=hints)
     rng = np.random.default_rng([seed, zlib.crc32(layer.signature_str().encode())])
     if len(grid):
         try:
-            ev([grid.index[c] for c in seeds])
+            ev(seed_idx)
             run_strategy(strategy, grid, ev, rng)
         except Exception as e:
             from .strategies import Exhausted
@@ -200,6 +313,13 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     return LayerResult(layers, space, best, outcomes.get(best), outcomes, fb,
                        new=state["new"], trials=ev.trials, seconds=time.monotonic() - t0,
                        strategy=strategy, trace=list(ev.trace))
+
+
+def seeding_max(trials):
+    """Seeds from similar layers a search of `trials` takes: at most MAX_SEEDS, a quarter of
+    its trials."""
+    from .strategies.seeding import MAX_SEEDS
+    return min(MAX_SEEDS, max(0, trials // 4))
 
 
 # -- a network ---------------------------------------------------------------------------------
@@ -213,13 +333,16 @@ def unique_layers(layers):
 
 
 def tune_network(groups, target, measurer, store, device, *, budget=None, strategy=DEFAULT,
-                 seed=0, progress=None, share_by="cost", where=None):
+                 seed=0, progress=None, share_by="cost", where=None, seeding=True):
     """{signature: LayerResult} for each group of identical layers, sharing `budget` by
     roofline cost times occurrences (share_by="cost") or equally (share_by="equal");
-    `where` ({variant: {knob: values}}, space.parse_where) narrows the search."""
+    `where` ({variant: {knob: values}}, space.parse_where) narrows the search. A time budget
+    may be the build's Clock (shared with the build's other searches); given as text or a
+    Budget, it starts now. seeding=False: no seeds or prior from similar layers' records."""
     if share_by not in ("cost", "equal"):
         raise AotconvError(f"unknown budget sharing '{share_by}': use cost or equal")
     parse_strategy(strategy)
+    clock = budget if isinstance(budget, Clock) else Clock.make(budget, target)
     budget = parse_budget(budget)
     spaces = layer_spaces([g[0] for g in groups], target)
     if where:
@@ -228,6 +351,11 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
     sizes = [len(s.candidates) for s in spaces]
     weights = [est_seconds(g[0], target) * len(g) if share_by == "cost" else 1.0
                for g in groups]
+    library = Library.from_store(store, target, device) if seeding and store is not None \
+        else None
+    if clock is not None:
+        clock.begin(len(groups), sum(g[0].op in FUSABLE_OPS for g in groups), progress)
+    extra = {k: v for k, v in (("clock", clock), ("library", library)) if v is not None}
     results = {}
     pool = budget.amount
     for i, (g, sp) in enumerate(zip(groups, spaces)):
@@ -236,20 +364,18 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
         if budget.kind == "trials":
             grant = share(int(pool), [weights[j] for j in rest], [max(1, sizes[j]) for j in rest])[0]
         elif budget.kind == "seconds":
-            grant_s = share(float(pool), [weights[j] for j in rest],
+            # recomputed from the clock at every layer: an earlier layer's overrun is paid here
+            grant_s = share(max(0.0, clock.search_left()), [weights[j] for j in rest],
                             [math.inf for _ in rest], floor=0.0)[0]
             grant, deadline = max(1, sizes[i]), time.monotonic() + grant_s
         else:
             grant = min(max(1, sizes[i]), DEFAULT_TRIALS)
         if progress is not None:
             progress.layer_start(i, len(groups), g, sp, grant, deadline)
-        t0 = time.monotonic()
         r = tune_layer(sp, target, measurer, store, device, strategy, grant, deadline, seed,
-                       progress, layers=g)
+                       progress, layers=g, **extra)
         if budget.kind == "trials":
             pool -= min(grant, len(r.trace))
-        elif budget.kind == "seconds":
-            pool -= time.monotonic() - t0
         results[g[0].signature_str()] = r
         if progress is not None:
             progress.layer_done(r)

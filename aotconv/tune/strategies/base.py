@@ -7,6 +7,12 @@ raises Exhausted when the budget is spent or every point is known, and the calle
 Revisiting a point is free. A point known from records costs one trial the first time the
 search asks for it, so a seeded search resumed from its records replays its own trajectory
 for free and goes on exactly where it stopped.
+
+Under a deadline the Evaluator also keeps a `Pace` (seconds of wall time one new measurement
+has cost so far, shared by the searches of a build): a batch is cut to the candidates that fit
+in the time left, so a batch started just before the deadline does not run far past it.
+`evaluate.hints` holds what the caller knows before anything is measured (seeding.Hints: the
+records of similar layers); a strategy may use it or ignore it.
 """
 import math
 import time
@@ -16,15 +22,42 @@ class Exhausted(Exception):
     """The budget is spent (or nothing is left to try): the search is over."""
 
 
+class Pace:
+    """Wall seconds per newly measured candidate, learnt from the batches measured so far (a
+    build's first layer starts from `default`, the target kind's typical cost)."""
+
+    def __init__(self, default=1.0):
+        self.default = default
+        self.count = 0
+        self.seconds = 0.0
+
+    def add(self, count, seconds):
+        self.count += count
+        self.seconds += seconds
+
+    @property
+    def per(self):
+        return self.seconds / self.count if self.count else self.default
+
+    def fits(self, seconds):
+        """How many new candidates fit in `seconds`."""
+        if seconds <= 0:
+            return 0
+        return int(seconds / self.per) if self.per > 0 else 1 << 30
+
+
 class Evaluator:
     def __init__(self, n, measure, trials=None, deadline=None, known=None, max_calls=None,
-                 min_trials=1):
+                 min_trials=1, pace=None, hints=None):
         """`measure(indices) -> costs` does the work; `known` {index: cost} is free memo.
 
         trials: distinct points this search may visit; deadline: time.monotonic() limit,
-        which does not stop the first `min_trials` visits.
+        which does not stop the first `min_trials` visits; pace: a Pace, so that under a
+        deadline a batch is cut to what fits in the time left; hints: seeding.Hints or None.
         """
         self.min_trials = min_trials
+        self.pace = pace if pace is not None else (Pace() if deadline is not None else None)
+        self.hints = hints
         self.n, self.measure = n, measure
         self.trials = n if trials is None else min(trials, n)
         self.deadline = deadline
@@ -61,9 +94,12 @@ class Evaluator:
                 new.append(i)
         if (new and (self.remaining <= 0 or self._out_of_time())) or len(self.visited) >= self.n:
             raise Exhausted()
-        take = new[:self.remaining]
+        take = self._fit(new[:self.remaining])
         fresh = [i for i in take if i not in self.known]
+        t0 = time.monotonic()
         costs = dict(zip(fresh, self.measure(fresh))) if fresh else {}
+        if fresh and self.pace is not None:
+            self.pace.add(len(fresh), time.monotonic() - t0)
         for i in take:
             c = self.known[i] if i in self.known else costs[i]
             c = math.inf if c is None or c != c else float(c)
@@ -72,3 +108,19 @@ class Evaluator:
         if len(take) < len(new):
             raise Exhausted()
         return [self.visited[i] for i in indices]
+
+    def _fit(self, take):
+        """`take` cut after the last new measurement that fits before the deadline (known
+        points are free); never below what min_trials still needs."""
+        if self.deadline is None or self.pace is None:
+            return take
+        room = max(self.pace.fits(self.deadline - time.monotonic()),
+                   self.min_trials - len(self.visited))
+        out = []
+        for i in take:
+            if i not in self.known:
+                if room <= 0:
+                    break
+                room -= 1
+            out.append(i)
+        return out

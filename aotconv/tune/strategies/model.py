@@ -9,21 +9,27 @@ measurements (a cheap Thompson sampling), so a batch spreads over several promis
 instead of piling onto one, and with probability `explore` a pick is uniform at random.
 Failures count as slower than the slowest success, which teaches the model where the space
 breaks. Like TVM's and Kernel Tuner's model-based tuners, minus the dependencies: numpy only.
+
+With hints (seeding.Hints: the records of similar layers on the same device), their points are
+training rows too, weighted by `prior` and their similarity, with their times relative to the
+best of their own layer (an indicator feature absorbs the offset to this layer's absolute
+times): the first `init` picks follow the prior's ranking instead of being random, as TVM's
+transfer learning starts its XGBoost model from earlier tasks' logs.
 """
 import math
 
 import numpy as np
 
 
-def features(grid):
-    """Standardised feature matrix (points x features) of the grid's coordinates."""
+def _raw(grid, coords):
+    """Unscaled feature columns of coordinate rows `coords` in `grid`'s dimensions."""
     cols = []
     logs = []
     for k, vals in enumerate(grid.values):
-        code = grid.coords[:, k]
+        code = coords[:, k]
         for v in range(len(vals)):
             cols.append(code == v)
-        if (code < 0).any():
+        if (grid.coords[:, k] < 0).any():
             cols.append(code < 0)
         if k > 0 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                          for v in vals) and len(vals) > 1:
@@ -35,28 +41,78 @@ def features(grid):
     for a in range(len(logs)):
         for b in range(a + 1, len(logs)):
             cols.append(logs[a] * logs[b])
-    X = np.column_stack([np.asarray(c, dtype=float) for c in cols]) if cols else \
-        np.zeros((len(grid), 0))
+    return np.column_stack([np.asarray(c, dtype=float) for c in cols]) if cols else \
+        np.zeros((len(coords), 0))
+
+
+def features(grid, extra=None):
+    """Standardised feature matrix (points x features) of the grid's coordinates; with
+    `extra` (coordinate rows of other points, e.g. a prior's), (grid's, extra's), both scaled
+    by the grid's own statistics."""
+    X = _raw(grid, grid.coords)
     sd = X.std(axis=0)
     keep = sd > 0
-    X = (X[:, keep] - X[:, keep].mean(axis=0)) / sd[keep]
-    return X
+    mu = X[:, keep].mean(axis=0)
+    out = (X[:, keep] - mu) / sd[keep]
+    if extra is None:
+        return out
+    E = _raw(grid, np.asarray(extra))
+    return out, (E[:, keep] - mu) / sd[keep]
 
 
-def _fit(X, y, ridge):
-    mu = y.mean()
-    A = X.T @ X + ridge * np.eye(X.shape[1])
-    w = np.linalg.solve(A, X.T @ (y - mu))
-    return w, mu
+def _fit(X, y, ridge, w=None):
+    if w is None:
+        mu = y.mean()
+        A = X.T @ X + ridge * np.eye(X.shape[1])
+        return np.linalg.solve(A, X.T @ (y - mu)), mu
+    mu = float(np.average(y, weights=w))
+    Xw = X * w[:, None]
+    A = Xw.T @ X + ridge * np.eye(X.shape[1])
+    return np.linalg.solve(A, Xw.T @ (y - mu)), mu
 
 
-def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1):
+def _with_prior(Xs, ys, P, py, pw, prior):
+    """Measured rows plus the prior's rows (weight `prior` x similarity); an indicator column
+    absorbs the offset between absolute log-times (this layer) and relative ones (the prior)."""
+    X = np.vstack([np.column_stack([Xs, np.zeros(len(Xs))]),
+                   np.column_stack([P, np.ones(len(P))])])
+    y = np.concatenate([ys, py])
+    w = np.concatenate([np.ones(len(ys)), prior * pw])
+    return X, y, w
+
+
+def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1, prior=0.5):
+    """`prior` (0 to turn it off): the weight of the records of similar layers
+    (evaluate.hints, seeding.Hints) against this layer's own measurements; with it, the first
+    picks are the prior's ranking instead of random points."""
     n = len(grid)
-    X = features(grid)
+    hints = getattr(evaluate, "hints", None)
+    use_prior = prior > 0 and hints is not None and hints.has_prior
+    if use_prior:
+        X, P = features(grid, hints.coords)
+        py, pw = hints.y, hints.w
+    else:
+        X = features(grid)
     budget = evaluate.trials
     if init is None:
         init = int(min(12, max(3, round(0.15 * budget))))
-    evaluate(rng.choice(n, size=min(init, n), replace=False))
+    if use_prior and X.shape[1]:
+        # rank the grid by the prior alone (bootstrap picks, as below) before measuring
+        free = np.ones(n, dtype=bool)
+        free[list(evaluate.visited)] = False
+        picks = []
+        for _ in range(min(init, int(free.sum()))):
+            boot = rng.integers(len(py), size=len(py))
+            w, mu = _fit(P[boot], py[boot], ridge, pw[boot])
+            pred = X @ w + mu
+            pred[~free] = math.inf
+            i = int(np.argmin(pred))
+            picks.append(i)
+            free[i] = False
+        if picks:
+            evaluate(picks)
+    else:
+        evaluate(rng.choice(n, size=min(init, n), replace=False))
     while True:
         seen = np.fromiter(evaluate.visited.keys(), dtype=np.int64)
         cost = np.fromiter(evaluate.visited.values(), dtype=float)
@@ -64,7 +120,7 @@ def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1):
         free = np.ones(n, dtype=bool)
         free[seen] = False
         picks = []
-        if ok.sum() < 2 or X.shape[1] == 0:
+        if (ok.sum() < 2 and not use_prior) or X.shape[1] == 0 or not ok.any():
             cand = np.nonzero(free)[0]
             picks = [int(i) for i in rng.choice(cand, size=min(batch, len(cand)), replace=False)]
         else:
@@ -78,8 +134,13 @@ def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1):
                     i = int(cand[rng.integers(len(cand))])
                 else:
                     boot = rng.integers(len(seen), size=len(seen))
-                    w, mu = _fit(X[seen[boot]], y[boot], ridge)
-                    pred = X @ w + mu
+                    if use_prior:
+                        Xa, ya, wa = _with_prior(X[seen[boot]], y[boot], P, py, pw, prior)
+                        w, mu = _fit(Xa, ya, ridge, wa)
+                        pred = X @ w[:-1] + mu
+                    else:
+                        w, mu = _fit(X[seen[boot]], y[boot], ridge)
+                        pred = X @ w + mu
                     pred[~free] = math.inf
                     i = int(np.argmin(pred))
                 picks.append(i)
