@@ -10,7 +10,7 @@ Output columns are the OUT rows of W, so the stores are coalesced along y's cont
 KSPLIT > 1 splits K for layers whose tile grid underfills the device (few batch rows x OUT);
 partial tiles go to scratch and a small launch sums them with bias and act.
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, \
+from .base import Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, bias_arg, \
     ceil_div, round_up
 from . import gemm_tiles as gt
 from .dense_gemv import dense_reason, dense_dims
@@ -18,9 +18,7 @@ from .dense_gemv import dense_reason, dense_dims
 TT = 8      # tile of the transpose launches (64 work-items: below any GEMM work-group)
 
 
-def _point(layer, cfg):
-    d = dict(gt.layer_memo(layer, "dense", dense_dims))
-    c = cfg.as_dict()
+def _point(d, c):
     ks = c["KSPLIT"]
     d["KSPLIT"] = ks
     d["MP"] = round_up(d["N"], c["MWG"])
@@ -31,10 +29,7 @@ def _point(layer, cfg):
     return d
 
 
-def _dims(layer, cfg=None):
-    if cfg is None:
-        return gt.layer_memo(layer, "dense", dense_dims)
-    return gt.point_memo(layer, cfg, "dense_gemm", _point)
+_dims = gt.dims_of("dense_gemm", dense_dims, _point)
 
 
 def _gemm_dims(layer, cfg):
@@ -52,22 +47,13 @@ def _tiles(layer, cfg):
     return (d["MP"] // cfg["MWG"]) * (d["NP"] // cfg["NWG"])
 
 
-class DenseGemm(Variant):
+class DenseGemm(gt.GemmVariant):
     name = "dense_gemm"
     ops = ("dense", "conv")
     template = "kernels/dense_gemm.cl.mako"
-    scratch = True
-    constraints = gt.gemm_constraints(_gemm_dims) + (
-        Constraint("split_slices_deep", "software",
-                   "each K slice must hold at least 4 K steps, or the partial-sum traffic costs "
-                   "more than the parallelism gained",
-                   lambda l, c, t: c["KSPLIT"] == 1 or
-                   ceil_div(_dims(l)["K"], c["KSPLIT"]) >= 4 * c["KWG"]),
-        Constraint("split_only_if_underfilled", "hardware",
-                   "split-K pays only when the tile grid alone is smaller than two work-groups "
-                   "per compute unit",
-                   lambda l, c, t: c["KSPLIT"] == 1 or
-                   _tiles(l, c) < 2 * t.compute_units * max(1, t.min_wg_per_cu)),
+    dims = staticmethod(_dims)
+    constraints = gt.gemm_constraints(_gemm_dims) + gt.split_k_constraints(
+        lambda l: _dims(l)["K"], _tiles) + (
         Constraint("indices_fit_int32", "software",
                    "kernels index with 32-bit ints; scratch and the packed weight stay below 2^31",
                    lambda l, c, t: max(_scratch(l, c), _dims(l, c)["KP"] * _dims(l, c)["NP"])
@@ -86,16 +72,11 @@ class DenseGemm(Variant):
         return gt.first_valid(self, layer, target, [dict(KSPLIT=k) for k in (1, 2, 4, 8, 16)],
                               lambda l, c: _tiles(l, c) * c["KSPLIT"])
 
-    def registers(self, layer, cfg):
-        return gt.est_registers(cfg)
-
     def local_mem_bytes(self, layer, cfg):
         return max(gt.local_mem_bytes(cfg), 4 * TT * (TT + 1))
 
     def template_params(self, layer, cfg):
-        d = dict(_dims(layer, cfg))
-        d.update(gt.template_names(cfg))
-        d["HAS_BIAS"] = bool(layer.attrs["bias"])
+        d = super().template_params(layer, cfg)
         d["VEC_STORE"] = cfg["VWN"] > 1 and d["OUT"] % cfg["VWN"] == 0
         d["TT"] = TT
         return d
@@ -109,7 +90,7 @@ class DenseGemm(Variant):
 
     def launches(self, layer, cfg, prefix):
         d = _dims(layer, cfg)
-        bias = (Param("bias"),) if layer.attrs["bias"] else ()
+        bias = bias_arg(layer)
         tr = (TT, TT)
         out = [Launch(f"{prefix}_pack_w", (Param("weight"), Buffer("wpack")),
                       (round_up(d["KP"], TT), d["NP"]), tr, phase="setup"),

@@ -13,7 +13,7 @@ coalesced, aligned VWM/VWN-wide vector. Knobs follow CLBlast's xgemm (MWG, NWG, 
 NDIMC, VWM, VWN; strided per-thread layout, STRM=STRN=1 in CLBlast's terms) plus PRE, a
 register prefetch of the next K tile while the current one is multiplied.
 """
-from .base import Knob, Constraint, ceil_div, pow2_at_least, round_up
+from .base import Knob, Constraint, Variant, ceil_div, pow2_at_least, round_up
 from . import limits
 from .limits import is_valid
 
@@ -154,8 +154,55 @@ def point_memo(layer, cfg, tag, fn):
     return value
 
 
-def padded(size, tile):
-    return round_up(size, tile)
+def dims_of(tag, static, point):
+    """`dims(layer, cfg=None)` of a variant: with no cfg, static(layer), its sizes that read no
+    knob, remembered per layer; with a cfg, point(d, c) (d: a fresh copy of those sizes, c:
+    the knobs as a dict) for the point being judged."""
+    def at_point(layer, cfg):
+        return point(dict(layer_memo(layer, tag, static)), cfg.as_dict())
+
+    def dims(layer, cfg=None):
+        if cfg is None:
+            return layer_memo(layer, tag, static)
+        return point_memo(layer, cfg, tag, at_point)
+    return dims
+
+
+def split_k_constraints(reduction, tiles):
+    """The constraints of knob KSPLIT (K slices computed by separate work-groups, summed after):
+    `reduction(layer)` is the length of K, `tiles(layer, cfg)` the tile grid's work-groups."""
+    return (
+        Constraint("split_slices_deep", "software",
+                   "each K slice must hold at least 4 K steps, or the partial-sum traffic costs "
+                   "more than the parallelism gained",
+                   lambda l, c, t: c["KSPLIT"] == 1 or
+                   ceil_div(reduction(l), c["KSPLIT"]) >= 4 * c["KWG"]),
+        Constraint("split_only_if_underfilled", "hardware",
+                   "split-K pays only when the tile grid alone is smaller than two work-groups "
+                   "per compute unit",
+                   lambda l, c, t: c["KSPLIT"] == 1 or
+                   tiles(l, c) < 2 * t.compute_units * max(1, t.min_wg_per_cu)),
+    )
+
+
+class GemmVariant(Variant):
+    """A variant around the core: the core's register and local-memory estimates, and as
+    template parameters its sizes `dims(layer, cfg)` (dims_of), the core's names
+    (template_names) and HAS_BIAS. Its scratch holds the packed activations."""
+    scratch = True
+    dims = None                 # staticmethod(dims_of(...))
+
+    def registers(self, layer, cfg):
+        return est_registers(cfg)
+
+    def local_mem_bytes(self, layer, cfg):
+        return local_mem_bytes(cfg)
+
+    def template_params(self, layer, cfg):
+        d = dict(self.dims(layer, cfg))
+        d.update(template_names(cfg))
+        d["HAS_BIAS"] = bool(layer.attrs["bias"])
+        return d
 
 
 def launch_geometry(cfg, mp, np_, batches):
@@ -177,6 +224,6 @@ def template_names(cfg):
     return d
 
 
-__all__ = ["GEMM_KNOBS", "GEMM_KNOB_NAMES", "gemm_constraints", "local_mem_bytes", "is_valid",
-           "first_valid", "launch_geometry", "template_names", "derived", "est_registers",
-           "ceil_div", "round_up", "pow2_at_least"]
+__all__ = ["GEMM_KNOBS", "GEMM_KNOB_NAMES", "GemmVariant", "dims_of", "gemm_constraints",
+           "split_k_constraints", "local_mem_bytes", "is_valid", "first_valid", "launch_geometry",
+           "template_names", "derived", "est_registers", "ceil_div", "round_up", "pow2_at_least"]
