@@ -1,4 +1,11 @@
 """Error types that carry where a problem is (file, line, layer, key) and what to do about it."""
+import re
+
+
+def one_line(text):
+    """`text` with its control characters escaped (a newline in a file name cannot split a
+    message over two lines)."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: ascii(m.group())[1:-1], str(text))
 
 
 class AotconvError(Exception):
@@ -13,6 +20,10 @@ class SpecError(AotconvError):
         super().__init__(str(self))
 
     def __str__(self):
+        # a file or key name with a newline in it cannot split the message over two lines
+        return one_line(self._text())
+
+    def _text(self):
         where = ""
         if self.file is not None:
             where = f"{self.file}:{self.line}" if self.line is not None else f"{self.file}"

@@ -84,12 +84,6 @@ def net_name_problem(name):
     return None
 
 
-def one_line(text):
-    """`text` with its control characters escaped (a newline in a file name cannot split a
-    message over two lines)."""
-    return re.sub(r"[\x00-\x1f\x7f]", lambda m: ascii(m.group())[1:-1], str(text))
-
-
 class _Repr(reprlib.Repr):
     def repr_int(self, x, level):
         # repr() of an int past 4300 digits raises; its size says enough

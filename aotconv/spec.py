@@ -204,7 +204,7 @@ def _value(node, loader, file, memo, heights=None):
             line = knode.start_mark.line + 1
             if not isinstance(knode, yaml.ScalarNode):
                 raise SpecError("a key must be a plain name", file=file, line=line)
-            key = loader.construct_object(knode)
+            key = _scalar(knode, loader, file)
             if not isinstance(key, (str, int, float)) or isinstance(key, bool):
                 raise SpecError("a key must be a plain name", file=file, line=line)
             if key in m.items:
@@ -219,12 +219,23 @@ def _value(node, loader, file, memo, heights=None):
         out.extend(_value(n, loader, file, memo, heights) for n in node.value)
         children = node.value
     else:
-        return loader.construct_object(node)
+        return _scalar(node, loader, file)
     h = heights[id(node)] = 1 + max((heights.get(id(c), 0) for c in children), default=0)
     if h > MAX_DEPTH:
         raise SpecError(f"nested more than {MAX_DEPTH} levels deep (through aliases); a "
                         f"net.yaml needs 4", file=file, line=node.start_mark.line + 1)
     return out
+
+
+def _scalar(node, loader, file):
+    """A scalar's value; a number too long for Python to read (past 4300 digits: int() raises)
+    is an error at its line."""
+    try:
+        return loader.construct_object(node)
+    except (ValueError, OverflowError):
+        raise SpecError(f"the number starting {shown(node.value[:20])} is too long to read; "
+                        f"write a number of a sensible size", file=file,
+                        line=node.start_mark.line + 1) from None
 
 
 def _name_in(items):
@@ -398,7 +409,9 @@ def _number_problem(value):
         if isinstance(v, bool):
             continue
         if isinstance(v, int) and abs(v) > INT_MAX:
-            return f"{v:.3g} is out of range: integers are at most {INT_MAX} (2^31 - 1)"
+            # an int is shown by its size: formatting one past 4300 digits raises
+            shown = f"{float(v):.3g}" if v.bit_length() <= 1000 else f"an integer of {v.bit_length()} bits"
+            return f"{shown} is out of range: integers are at most {INT_MAX} (2^31 - 1)"
         if isinstance(v, float) and not math.isfinite(v):
             return f"must be a finite number, got {v}"
         if isinstance(v, float) and abs(v) > FLT_MAX:

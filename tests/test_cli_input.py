@@ -186,7 +186,7 @@ def _bad_options(tmp):
         "tune --strategy option": (["tune", "{net}", "--strategy", "annealing:Q=1"],
                                    r"unknown option 'Q=1'"),
         "tune --layer": (["tune", "{net}", "--layer", "nope"],
-                         r"--layer nope: network 'p' has no layer 'nope'.*c1, bn"),
+                         r"--layer nope: network 'p' has no layer 'nope'.*c1, c2"),
         "bench --repeats 0": (["bench", "--repeats", "0"], r"--repeats 0: give a positive integer"),
         "bench --warmup -1": (["bench", "--warmup", "-1"], r"--warmup -1"),
         "bench --deadline nan": (["bench", "--deadline", "nan"], r"--deadline nan: give a finite"),

@@ -34,8 +34,7 @@ import sys
 import time
 
 from .. import __version__
-from ..errors import AotconvError
-from ..names import one_line
+from ..errors import AotconvError, one_line
 from ..harness import BUILD_OPTIONS
 from .measure import Outcome, Status
 

@@ -13,27 +13,11 @@ import fuzz_targets as ft
 # each saved as its target writes a reproducer: <target>-<what>.<suffix>. `make fuzz` writes
 # new ones to build/fuzz; the ones worth keeping are copied here.
 FOUND = Path(__file__).parent / "found"
-# the ones whose fix is still to come: name -> where the fix belongs
-OPEN = {
-    "netdict-int-of-4301-digits-as-out": "aotconv/spec.py _number_problem (OverflowError)",
-    "netyaml_raw-int-of-4301-digits": "aotconv/spec.py _value (ValueError from int())",
-    "netyaml_raw-int-of-4301-digits-as-op": "aotconv/spec.py _value (ValueError from int())",
-    "weights-newline-in-an-extra-key": "aotconv/params.py from_npz (the key printed raw)",
-    **{f"paths-{c}-{r}": "the file name printed raw in the message (aotconv/errors.py "
-                          "SpecError and the readers' own messages)"
-       for c in ("newline", "carriage-return") for r in ("netyaml", "params", "weights")},
-}
+# the ones whose fix is still to come: name -> where the fix belongs (none open)
+OPEN = {}
 # the same open failures as the slice meets them, per target: (kind, file, function), see
 # fuzz_targets.place; met, they make the test an expected failure instead of hiding it
-_INT_DIGITS = {("OverflowError", "aotconv/spec.py", "_number_problem"),
-               ("ValueError", "aotconv/spec.py", "_value")}
-OPEN_PLACES = {
-    "netyaml": _INT_DIGITS, "netyaml_raw": _INT_DIGITS, "netdict": _INT_DIGITS,
-    "paths": {("multi-line message", "aotconv/spec.py", "_input_shape"),
-              ("multi-line message", "aotconv/params.py", "check_bin_size"),
-              ("multi-line message", "aotconv/params.py", "_open_npz")},
-    "weights": {("multi-line message", "aotconv/params.py", "from_npz")},
-}
+OPEN_PLACES = {}
 
 # inputs per target; about 10 s in all, most of it the PoCL library and emit
 SLICE = {"netyaml": 80, "netyaml_raw": 80, "netdict": 80, "weights": 60, "records": 25,
