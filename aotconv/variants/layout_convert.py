@@ -14,7 +14,8 @@ planes. Two ways:
              (TILE, WG/TILE) and each work-item moves TILE/(WG/TILE) elements each way; the
              local tile has one float of padding per row against bank conflicts
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, ceil_div, round_up
+from .base import Variant, Knob, Constraint, Launch, In, Out, ceil_div
+from .flat import flat_launch, wg_fills_simd, wg_not_wasteful
 from ..graph import count
 
 ORDER = {"NCHW": "NCS", "NHWC": "NSC", "CHWN": "CSN"}
@@ -53,16 +54,12 @@ class LayoutConvert(Variant):
                    "divide the tile so every work-item moves the same number of elements",
                    lambda l, c, t: c["TILE"] == 0 or (c["WG"] % c["TILE"] == 0
                                                       and c["TILE"] % (c["WG"] // c["TILE"]) == 0)),
-        Constraint("wg_not_wasteful", "software",
-                   "a work-group larger than the whole tensor only adds idle work-items",
-                   lambda l, c, t: c["WG"] <= max(64, count(l.out_shape))),
+        wg_not_wasteful(lambda l, c: count(l.out_shape)),
         Constraint("tile_not_oversized", "software",
                    "a tile wider than both transposed dimensions only moves padding",
                    lambda l, c, t: c["TILE"] == 0 or c["TILE"] <= 2 * max(
                        super_dims(l)[plan(l)[0]], super_dims(l)[plan(l)[1]])),
-        Constraint("wg_fills_simd", "hardware",
-                   "a work-group smaller than the SIMD width (warp, wavefront) leaves lanes idle",
-                   lambda l, c, t: c["WG"] % t.simd_width == 0),
+        wg_fills_simd(),
     )
 
     def layouts_of(self, layer, cfg):
@@ -92,7 +89,7 @@ class LayoutConvert(Variant):
     def launches(self, layer, cfg, prefix):
         t, wg = cfg["TILE"], cfg["WG"]
         if not t:
-            return [Launch(prefix, (In(0), Out()), (round_up(count(layer.out_shape), wg),), (wg,))]
+            return [flat_launch(prefix, (In(0), Out()), count(layer.out_shape), wg)]
         dims = super_dims(layer)
         a, b, r = plan(layer)
         rows = wg // t
