@@ -46,10 +46,14 @@ SCHEMA = {
     "batchnorm": {"eps": ((int, float), 1e-5), **_act},
     "dropout": {"p": ((int, float), 0.5)},
     "flatten": {},
+    "scale": {},
+    "mul": {},
+    "channel_shuffle": {"groups": (_int, REQUIRED)},
+    "channel_slice": {"start": (_int, REQUIRED), "end": (_int, REQUIRED)},
 }
 # how many inputs each op takes (None: two or more)
 ARITY = {op: 1 for op in SCHEMA}
-ARITY.update({"concat": None, "add": None})
+ARITY.update({"concat": None, "add": None, "scale": 2, "mul": 2})
 
 # Ops the compiler makes and a net.yaml never names (spec.py validates against SCHEMA only):
 #   conv_pool       a conv whose max/avg pool is fused into it (passes.fuse_pool): the conv's
@@ -138,6 +142,14 @@ def normalise(op, raw):
         if not a["eps"] >= _FLT_MIN:
             raise OpError("eps", f"must be > 0 and at least {_FLT_MIN:.4g} (the smallest normal "
                                  f"float32), got {a['eps']}")
+    elif op == "channel_shuffle":
+        if a["groups"] < 1:
+            raise OpError("groups", f"must be >= 1, got {a['groups']}")
+    elif op == "channel_slice":
+        if a["start"] < 0:
+            raise OpError("start", f"must be >= 0, got {a['start']}")
+        if a["end"] <= a["start"]:
+            raise OpError("end", f"must be greater than start {a['start']}, got {a['end']}")
     elif op == "dropout":
         a["p"] = float(a["p"])
         if not 0.0 <= a["p"] < 1.0:
@@ -193,11 +205,19 @@ def infer(op, a, in_shapes):
             if (s[0], s[2], s[3]) != (n, h, w):
                 raise OpError("inputs", f"concat needs equal N, H, W; got {list(map(list, in_shapes))}")
         return (n, sum(s[1] for s in in_shapes), h, w), []
-    if op == "add":
+    if op in ("add", "mul"):
         for s in in_shapes[1:]:
             if tuple(s) != tuple(in_shapes[0]):
-                raise OpError("inputs", f"add needs equal shapes; got {list(map(list, in_shapes))}")
+                raise OpError("inputs", f"{op} needs equal shapes; got {list(map(list, in_shapes))}")
         return tuple(in_shapes[0]), []
+    if op == "scale":
+        x, s = in_shapes
+        n, c = x[0], x[1]
+        if tuple(s) != (n, c, 1, 1):
+            raise OpError("inputs", f"scale multiplies x [N, C, H, W] by s [N, C, 1, 1]; got "
+                                    f"{list(map(list, in_shapes))} (the second input must be "
+                                    f"[{n}, {c}, 1, 1])")
+        return tuple(x), []
     n, c, h, w = in_shapes[0]
     if op == "conv":
         kh, kw = a["kernel"]
@@ -234,6 +254,15 @@ def infer(op, a, in_shapes):
         return (n, c, 1, 1), []
     if op == "flatten":
         return (n, c * h * w, 1, 1), []
+    if op == "channel_shuffle":
+        if c % a["groups"]:
+            raise OpError("groups", f"input channels {c} are not divisible by groups {a['groups']}")
+        return (n, c, h, w), []
+    if op == "channel_slice":
+        if a["end"] > c:
+            raise OpError("end", f"{a['end']} is past the input's {c} channels; the slice is "
+                                 f"channels [start, end) of them")
+        return (n, a["end"] - a["start"], h, w), []
     if op == "batchnorm":
         return (n, c, h, w), [(t, (c,)) for t in ("gamma", "beta", "mean", "var")]
     if op == "conv_pool":
@@ -276,8 +305,10 @@ def flops(layer):
         c = layer.in_shape[1] // a["groups"]
         return (2 * count(mid) * c * a["kernel"][0] * a["kernel"][1]
                 + n_out * pool["kernel"][0] * pool["kernel"][1])
-    if op == "layout_convert":
-        return 0
+    if op in ("layout_convert", "channel_shuffle", "channel_slice"):
+        return 0                                          # copies: no arithmetic
+    if op in ("scale", "mul"):
+        return n_out
     return n_out * 2
 
 

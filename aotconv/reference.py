@@ -200,6 +200,16 @@ def forward(layer, inputs, params):
         return x.reshape(x.shape[0], -1, 1, 1)
     if op == "conv_pool":
         return conv_pool(x, prm["weight"], prm.get("bias"), a, layer.out_shape)
+    if op == "scale":
+        return x * xs[1]                                  # s (N, C, 1, 1) broadcasts over H, W
+    if op == "mul":
+        return x * xs[1]
+    if op == "channel_shuffle":
+        n, c, h, w = x.shape
+        g = a["groups"]
+        return x.reshape(n, g, c // g, h, w).transpose(0, 2, 1, 3, 4).reshape(n, c, h, w)
+    if op == "channel_slice":
+        return x[:, a["start"]:a["end"]].copy()
     if op == "layout_convert":
         # logically the identity: only the storage order changes, which the variant states
         # (layouts_of = (src, dst)) and whoever runs it applies (to_layout / from_layout)

@@ -5,7 +5,8 @@ frameworks differ): conv (asymmetric `same` padding as an explicit F.pad), dense
 flattened in C, H, W order), max/avg pooling with ceil_mode and count_include_pad,
 global_avgpool, the activations (relu6, hardswish, silu and gelu as PyTorch's own; clip and
 hardsigmoid with their alpha and beta as clamps), softmax over channels, LocalResponseNorm,
-concat, add, batchnorm (inference), dropout (identity) and flatten. Tensors keep aotconv's
+concat, add, batchnorm (inference), dropout (identity), flatten, scale and mul (x * s),
+channel_shuffle (PyTorch's ShuffleNet reshape-transpose-reshape) and channel_slice. Tensors keep aotconv's
 convention: 4-D NCHW, dense outputs (N, F, 1, 1), so every intermediate can be compared with
 ours.
 """
@@ -96,6 +97,14 @@ def build(net, params, device="cpu"):
                 return x
             if op == "flatten":
                 return x.reshape(x.shape[0], -1, 1, 1)
+            if op in ("scale", "mul"):
+                return x * ins[1]                   # scale: (N, C, 1, 1) broadcasts over H, W
+            if op == "channel_shuffle":
+                n, c, h, w = x.shape
+                g = a["groups"]
+                return x.reshape(n, g, c // g, h, w).transpose(1, 2).reshape(n, c, h, w)
+            if op == "channel_slice":
+                return x[:, a["start"]:a["end"]]
             raise NotImplementedError(f"layer '{l.name}': op {op} has no PyTorch mapping")
 
     return Net().to(device).eval()

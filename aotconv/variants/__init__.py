@@ -25,6 +25,8 @@ from .conv_im2col import ConvIm2col
 from .conv_winograd import ConvWinograd
 from .dense_gemv import DenseGemv
 from .dense_gemm import DenseGemm
+from .scale import ScaleDirect
+from .channel_copy import ChannelShuffleDirect, ChannelSliceDirect
 
 VARIANTS = [
     Eltwise(),
@@ -47,6 +49,9 @@ VARIANTS = [
     ConvWinograd(),
     DenseGemv(),
     DenseGemm(),
+    ScaleDirect(),
+    ChannelShuffleDirect(),
+    ChannelSliceDirect(),
 ]
 BY_NAME = {v.name: v for v in VARIANTS}
 

@@ -1,0 +1,28 @@
+// ${prefix}: ${what} (${variant}): ${N}x${C_IN}x${HW} -> ${N}x${C_OUT}x${HW} (N x C x H*W)
+// one work-item: VEC consecutive elements of one output plane, copied from its input plane
+#define WG ${WG}  // work-group size
+#define VEC ${VEC}  // elements of a plane per work-item
+#define N ${N}
+#define C_IN ${C_IN}  // input channels
+#define C_OUT ${C_OUT}  // output channels
+#define HW ${HW}  // H*W
+#define PLANE_ITEMS ((HW + VEC - 1) / VEC)  // work-items per plane
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void ${prefix}(__global const float* restrict x, __global float* restrict y)
+{
+    const int gid = get_global_id(0);
+    if (gid >= N * C_OUT * PLANE_ITEMS)
+        return;
+    const int t = gid % PLANE_ITEMS;
+    const int nc = gid / PLANE_ITEMS;            // output plane n * C_OUT + o
+    const int o = nc % C_OUT;
+    const int n = nc / C_OUT;
+    __global const float* xp = x + (n * C_IN + ${src}) * HW;
+    __global float* yp = y + nc * HW;
+    for (int v = 0; v < VEC; ++v) {
+        const int i = t * VEC + v;
+        if (i < HW)
+            yp[i] = xp[i];
+    }
+}
