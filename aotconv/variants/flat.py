@@ -9,7 +9,7 @@ constraints and launches, and two base classes that declare such a variant from 
   `flat_constraints(items, *own)`: the variant's own, then a work-group no larger than the
   launch and a whole number of SIMD groups; `Blocked`: work-items that each take a block of
   consecutive outputs along one dimension (pool_direct, lrn_direct), `ChannelBlocked`: KB
-  output channels (the direct convolutions);
+  output channels (the direct convolutions); `Elementwise`: VEC elements of the output;
 - `Reduction`: knob RED, one of `units(layer)` outputs per work-item ("item") or per
   work-group ("group", a tree in local memory); its constraints are `reduction_constraints`.
 """
@@ -80,6 +80,15 @@ class Flat(Variant):
 
     def launches(self, layer, cfg, prefix):
         return [flat_launch(prefix, self.args(layer), self.items(layer, cfg), cfg["WG"])]
+
+
+class Elementwise(Flat):
+    """A flat launch over the output, VEC elements per work-item (add, scale, mul)."""
+    constraints = elementwise_constraints()
+    items = staticmethod(vec_items)
+
+    def knobs(self, layer, target):
+        return [wg_knob(), vec_knob()]
 
 
 def block_items(along, knob):

@@ -5,19 +5,14 @@ One flat launch over the output; each work-item takes VEC consecutive elements o
 factor of each element's plane (scale) or the element of the second input (mul).
 """
 from .base import In, Out
-from .flat import Flat, elementwise_constraints, vec_items, vec_knob, wg_knob
+from .flat import Elementwise
 from ..graph import count
 
 
-class ScaleDirect(Flat):
+class ScaleDirect(Elementwise):
     name = "scale_direct"
     ops = ("scale", "mul")
     template = "kernels/scale.cl.mako"
-    constraints = elementwise_constraints()
-    items = staticmethod(vec_items)
-
-    def knobs(self, layer, target):
-        return [wg_knob(), vec_knob()]
 
     def template_params(self, layer, cfg):
         n, c, h, w = layer.out_shape
