@@ -25,6 +25,9 @@ class Node:
     # reshape now feeds it another tensor with the same 4-D view: axis attributes count
     # in the rank the node saw
     seen: dict = field(default_factory=dict)
+    # True for the nodes simplify writes for a pattern of several ONNX nodes (ChannelShuffle,
+    # ChannelSlice, Silu): they map through mapping.INTERNAL, never as an op of the model
+    internal: bool = False
 
     def attr(self, name, default=None):
         return self.attrs.get(name, default)

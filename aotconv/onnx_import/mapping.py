@@ -106,10 +106,10 @@ def map_node(n, g):
         if is_identity(g, n):
             c.value(0)
             return Mapped({"op": "dropout"}, [n.input(0)]), []
-        fn = OPS.get(n.op)
+        fn = INTERNAL[n.op] if n.internal else OPS.get(n.op)
         if fn is None:
             c.stop(None, f"aotconv has no {n.op}; it imports {', '.join(sorted(OPS))}")
-        known = KNOWN_ATTRS[n.op]
+        known = set(n.attrs) if n.internal else KNOWN_ATTRS[n.op]
         for a in n.attrs:
             if a not in known:
                 c.bad(a, f"is not an attribute aotconv's {n.op} mapping knows (it reads "
@@ -317,6 +317,57 @@ def _activation(op):
     return f
 
 
+def _clip(c):
+    c.value(0)
+    bounds = []
+    for i, name in ((1, "min"), (2, "max")):
+        v = c.const(i, name, optional=True)
+        if v is not None and v.size != 1:
+            c.stop(name, f"has shape {list(v.shape)}; expected a scalar")
+        bounds.append(None if v is None else _f32(v.reshape(-1)[0]))
+    lo, hi = bounds
+    if (lo, hi) == (0.0, 6.0):
+        return Mapped({"op": "relu6"}, [c.n.input(0)])
+    layer = {"op": "clip"}
+    if lo is not None:
+        layer["min"] = lo
+    if hi is not None:
+        layer["max"] = hi
+    return Mapped(layer, [c.n.input(0)])
+
+
+def _hardsigmoid(c):
+    c.value(0)
+    return Mapped({"op": "hardsigmoid", "alpha": _f32(c.attr("alpha", 0.2)),
+                   "beta": _f32(c.attr("beta", 0.5))}, [c.n.input(0)])
+
+
+def _gelu(c):
+    c.value(0)
+    approx = c.attr("approximate", "none")
+    if approx not in ("none", "tanh"):
+        c.stop("approximate", f"{approx!r}: the specification knows 'none' and 'tanh'")
+    return Mapped({"op": "gelu" if approx == "none" else "gelu_tanh"}, [c.n.input(0)])
+
+
+def _mul(c):
+    ins = [t for t in c.n.inputs if t]
+    consts = [t for t in ins if c.g.is_const(t)]
+    if consts:
+        c.stop("input", f"multiplies by the constant '{consts[0]}': aotconv folds a constant "
+                        f"Mul only into the BatchNormalization (per channel) before it")
+    a, b = c.value(0), c.value(1)
+    if a == b:
+        return Mapped({"op": "mul"}, ins)
+    if len(a) == len(b):
+        for (big, tb), (small, ts) in (((a, ins[0]), (b, ins[1])), ((b, ins[1]), (a, ins[0]))):
+            if embed(small) == (big[0], big[1], 1, 1):
+                return Mapped({"op": "scale"}, [tb, ts])
+    c.stop("input", f"shapes {list(a)} and {list(b)}: aotconv multiplies tensors of one shape "
+                    f"(mul), or each [H, W] plane of an [N, C, H, W] tensor by one value of an "
+                    f"[N, C, 1, 1] tensor (scale)")
+
+
 def _softmax(c):
     x = c.value(0)
     axis = int(c.attr("axis", -1))
@@ -448,11 +499,32 @@ def _pad(c):
                  "alone reads it, padding H and W by constant amounts >= 0; this one is not")
 
 
+def _channel_shuffle(c):
+    c.value(0)
+    return Mapped({"op": "channel_shuffle", "groups": int(c.attr("groups"))}, [c.n.input(0)])
+
+
+def _channel_slice(c):
+    c.value(0)
+    return Mapped({"op": "channel_slice", "start": int(c.attr("start")),
+                   "end": int(c.attr("end"))}, [c.n.input(0)])
+
+
+def _silu(c):
+    c.value(0)
+    return Mapped({"op": "silu"}, [c.n.input(0)])
+
+
+# the internal nodes simplify writes for patterns of several ONNX nodes
+INTERNAL = {"ChannelShuffle": _channel_shuffle, "ChannelSlice": _channel_slice, "Silu": _silu}
+
 OPS = {
     "Conv": _conv, "MaxPool": _pool, "AveragePool": _pool,
     "GlobalAveragePool": _global_avgpool, "ReduceMean": _reduce_mean,
     "Relu": _activation("relu"), "Sigmoid": _activation("sigmoid"),
     "Tanh": _activation("tanh"), "LeakyRelu": _activation("leaky_relu"),
+    "Clip": _clip, "HardSigmoid": _hardsigmoid, "HardSwish": _activation("hardswish"),
+    "Gelu": _gelu, "Mul": _mul,
     "Softmax": _softmax, "LRN": _lrn, "Concat": _concat, "Add": _add, "Sum": _add,
     "BatchNormalization": _batchnorm, "Gemm": _gemm, "MatMul": _matmul,
     "Flatten": _flatten, "Reshape": _flatten, "Squeeze": _flatten, "Unsqueeze": _flatten,
@@ -466,6 +538,8 @@ KNOWN_ATTRS = {
     "AveragePool": _WINDOW | {"ceil_mode", "count_include_pad", "dilations"},
     "GlobalAveragePool": set(), "ReduceMean": {"axes", "keepdims", "noop_with_empty_axes"},
     "Relu": set(), "Sigmoid": set(), "Tanh": set(), "LeakyRelu": {"alpha"},
+    "Clip": set(), "HardSigmoid": {"alpha", "beta"}, "HardSwish": set(),
+    "Gelu": {"approximate"}, "Mul": set(),
     "Softmax": {"axis"}, "LRN": {"alpha", "beta", "bias", "size"}, "Concat": {"axis"},
     "Add": set(), "Sum": set(),
     "BatchNormalization": {"epsilon", "momentum", "training_mode"},

@@ -8,13 +8,18 @@
   Relu output) becomes the consumer's padding;
 - MatMul by a constant matrix becomes Gemm; Gemm followed by a constant row Add takes it as
   its bias; a Flatten/Reshape to [N, F] before a Gemm is dropped (a dense layer flattens
-  its input in C, H, W order itself).
+  its input in C, H, W order itself);
+- patterns of several nodes become one internal node (Node.internal) that mapping.INTERNAL
+  maps: Reshape [N, C, H, W] -> [N, G, C/G, H, W], Transpose (0, 2, 1, 3, 4), Reshape back
+  (ShuffleNet's channel shuffle) is ChannelShuffle(groups=G); a Split along the channels is
+  one ChannelSlice(start, end) per output, and so is a Slice of the channels alone with step
+  1; Mul(x, Sigmoid(x)) is Silu.
 
 A node these rules do not fit is left as it is, and mapping reports it.
 """
 import numpy as np
 
-from .ir import DEFAULT_DOMAINS
+from .ir import DEFAULT_DOMAINS, Node
 from .shapes import embed, flat_shape
 
 RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
@@ -25,13 +30,16 @@ def run(g):
     fold_batchnorm_affine(g)
     merge_pads(g)
     gemm_forms(g)
+    channel_shuffles(g)
+    channel_slices(g)
+    silu(g)
     remove_identities(g)
     prune_dead(g)
     return g
 
 
 def _std(n):
-    return n.domain in DEFAULT_DOMAINS
+    return n.domain in DEFAULT_DOMAINS and not n.internal
 
 
 def _single_consumer(g, t):
@@ -268,6 +276,132 @@ def _skip_flatten(g, n):
     n.merged.append(prod.name)
     if not g.consumers().get(a) and a not in g.output_tensors():
         g.nodes.remove(prod)
+
+
+# ---------------------------------------------------------------------------------------------
+# patterns of several nodes: channel shuffle, channel split, SiLU
+
+
+def _internal(op, like, inputs, outputs, attrs, merged, name=None):
+    """An internal node standing for `like` and the nodes named in `merged`."""
+    return Node(name=name or like.name, op=op, inputs=list(inputs), outputs=list(outputs),
+                attrs=attrs, opset=like.opset, domain="",
+                merged=list(merged) + list(like.merged), internal=True)
+
+
+def channel_shuffles(g):
+    for t in [n for n in g.nodes if n.op == "Transpose" and _std(n)]:
+        producers = g.producers()
+        r1 = producers.get(t.input(0))
+        r2 = _single_consumer(g, t.outputs[0]) if t.outputs else None
+        if r1 is None or r2 is None or r1.op != "Reshape" or r2.op != "Reshape" \
+                or not (_std(r1) and _std(r2)) or r2.input(0) != t.outputs[0] \
+                or _single_consumer(g, r1.outputs[0]) is not t:
+            continue
+        x, xs = r1.input(0), g.view(r1, 0)
+        mid, ys = g.shapes.get(r1.outputs[0]), g.shapes.get(r2.outputs[0])
+        if x is None or g.is_const(x) or xs is None or mid is None or ys is None \
+                or len(xs) != 4 or len(mid) != 5 or tuple(ys) != tuple(xs):
+            continue
+        n, c, h, w = xs
+        groups = int(mid[1])
+        if groups < 1 or tuple(mid) != (n, groups, c // groups, h, w) or c % groups:
+            continue
+        perm = t.attr("perm")
+        if perm is None or [int(v) for v in perm] != [0, 2, 1, 3, 4]:
+            continue
+        node = _internal("ChannelShuffle", t, [x], r2.outputs, {"groups": groups},
+                         [r1.name, r2.name] + r1.merged + r2.merged)
+        node.seen = {0: r1.seen.get(0, x)}
+        g.nodes[g.nodes.index(r1)] = node
+        g.nodes.remove(t)
+        g.nodes.remove(r2)
+
+
+def _slice_bounds(g, n, shape):
+    """[(start, end)] per axis of a Slice node with constant operands and step 1, clamped as
+    ONNX specifies; None where they are not constants or a step is not 1."""
+    r = len(shape)
+    starts, ends = g.const(n.input(1)), g.const(n.input(2))
+    axes = g.const(n.input(3)) if n.input(3) else np.arange(r if starts is None else
+                                                            np.size(starts))
+    steps = g.const(n.input(4)) if n.input(4) else None
+    if starts is None or ends is None or axes is None or (n.input(4) and steps is None):
+        return None
+    starts, ends, axes = (np.asarray(v).reshape(-1).astype(np.int64).tolist()
+                          for v in (starts, ends, axes))
+    if len(starts) != len(ends) or len(starts) != len(axes):
+        return None
+    if steps is not None and any(int(v) != 1 for v in np.asarray(steps).reshape(-1)):
+        return None
+    bounds = [(0, d) for d in shape]
+    seen = set()
+    for a, b, e in zip(axes, starts, ends):
+        a = a % r
+        if a in seen:
+            return None
+        seen.add(a)
+        d = shape[a]
+        b, e = (v + d if v < 0 else v for v in (b, e))
+        bounds[a] = (min(max(b, 0), d), min(max(e, 0), d))
+    return bounds
+
+
+def channel_slices(g):
+    for n in [n for n in g.nodes if n.op in ("Split", "Slice") and _std(n)]:
+        x, shape = n.input(0), g.view(n, 0)
+        if x is None or g.is_const(x) or shape is None or not 2 <= len(shape) <= 4:
+            continue
+        used = set(g.consumers()) | g.output_tensors()
+        if n.op == "Split":
+            if int(n.attr("axis", 0)) % len(shape) != 1:
+                continue
+            outs = [g.shapes.get(t) for t in n.outputs]
+            if any(s is None or len(s) != len(shape) for s in outs) \
+                    or sum(s[1] for s in outs) != shape[1] \
+                    or any(tuple(s[:1]) + tuple(s[2:]) != tuple(shape[:1]) + tuple(shape[2:])
+                           for s in outs):
+                continue
+            starts = [sum(s[1] for s in outs[:i]) for i in range(len(outs))]
+            pieces = [(i, t, b, b + s[1]) for i, (t, b, s) in enumerate(zip(n.outputs, starts,
+                                                                            outs))
+                      if t and t in used]
+        else:
+            bounds = _slice_bounds(g, n, shape)
+            y = n.outputs[0] if n.outputs else None
+            if bounds is None or not y or any(bounds[a] != (0, shape[a])
+                                              for a in range(len(shape)) if a != 1):
+                continue
+            b, e = bounds[1]
+            if e <= b or g.shapes.get(y) != tuple(shape[:1]) + (e - b,) + tuple(shape[2:]):
+                continue
+            pieces = [(0, y, b, e)]
+        i = g.nodes.index(n)
+        new = [_internal("ChannelSlice", n, [x], [t], {"start": b, "end": e}, [],
+                         name=n.name if n.op == "Slice" else f"{n.name}:{k}")
+               for k, t, b, e in pieces]
+        for m in new:
+            m.seen = {0: n.seen.get(0, x)}
+        g.nodes[i:i + 1] = new
+
+
+def silu(g):
+    for m in [n for n in g.nodes if n.op == "Mul" and _std(n)]:
+        ins = [t for t in m.inputs]
+        if len(ins) != 2 or ins[0] == ins[1] or not all(ins):
+            continue
+        producers = g.producers()
+        for i in (0, 1):
+            s = producers.get(ins[i])
+            if s is None or s.op != "Sigmoid" or not _std(s) or s.input(0) != ins[1 - i] \
+                    or _single_consumer(g, ins[i]) is not m \
+                    or g.shapes.get(ins[i]) != g.shapes.get(m.outputs[0]):
+                continue
+            node = _internal("Silu", m, [ins[1 - i]], m.outputs, {}, [s.name] + s.merged)
+            node.seen = {0: m.seen.get(1 - i, ins[1 - i])}
+            g.nodes[g.nodes.index(m)] = node
+            g.nodes.remove(s)
+            break
 
 
 def prune_dead(g):
