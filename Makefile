@@ -44,6 +44,21 @@ test-sanitize: deps
 test-onnx: deps
 	AOTCONV_ONNX_CONFORMANCE=all $(BIN)/python -m pytest -q -rs tests/onnx_backend
 
+# torchvision's classifiers (tests/zoo/models.py) exported by both PyTorch exporters, imported,
+# built for pocl-cpu (--no-tune, batch 1) and checked against onnxruntime; writes
+# results/pocl-cpu/zoo.md (docs/onnx.md). torch and torchvision (about 5.5 GB) go into a venv
+# of their own, ZOO_VENV, so that .venv stays small; about 15 minutes on 2 cores, exports cached
+ZOO_VENV ?= .venv-zoo
+.PHONY: test-zoo
+test-zoo: deps $(ZOO_VENV)/.deps-ok
+	$(ZOO_VENV)/bin/python tests/zoo/run_zoo.py
+
+$(ZOO_VENV)/.deps-ok: pyproject.toml
+	$(PY) -m venv $(ZOO_VENV)
+	$(ZOO_VENV)/bin/pip install -q --upgrade pip
+	$(ZOO_VENV)/bin/pip install -q torch==2.14.1 torchvision==0.29.1 onnxscript==0.7.2 -e '.[test]'
+	touch $@
+
 # The benchmark on this machine's CPU device against PyTorch CPU (pip install torch==2.13.0)
 bench-cpu: deps
 	$(BIN)/aotconv bench --target pocl-cpu --scale N=1 --no-tune --repeats 5 --warmup 1 \
