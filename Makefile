@@ -6,7 +6,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pocl-opencl-icd ocl-icd-opencl-dev opencl-headers ninja-build gcc pkg-config
 NET     ?= lenet5
 
-.PHONY: deps demo test test-onnx bench-cpu bench-gpu gpu-carry clean fuzz test-sanitize
+.PHONY: deps demo test test-onnx test-farm bench-cpu bench-gpu gpu-carry clean fuzz test-sanitize
 
 # System packages (PoCL = the CPU OpenCL device, the ICD loader and headers) and a virtualenv
 # with the Python dependencies; each step is skipped when already done.
@@ -28,6 +28,12 @@ demo: deps
 
 test: deps
 	$(BIN)/python -m pytest -q -x
+
+# The tuning farm on a local Ray (docs/tuning.md, "Tuning farm"): two PoCL workers tune a small
+# network and survive a killed and a hung worker; Ray (about 250 MB) only here, not in make test
+test-farm: deps
+	$(BIN)/pip install -q -e '.[farm]'
+	AOTCONV_FARM_TESTS=1 $(BIN)/python -m pytest -q -rs tests/test_farm.py
 
 # The readers of user input fuzzed with hypothesis (tests/fuzz): about 110,000 inputs, about
 # 20 minutes on 2 cores; reproducers of any failure in build/fuzz (docs/guarantees.md)

@@ -1,6 +1,7 @@
 """The `aotconv` command line: build, targets, networks (and space/tune/bench where present)."""
 import argparse
 import math
+import os
 import sys
 
 from . import __version__
@@ -57,6 +58,7 @@ def check_args(a):
     if getattr(a, "strategy", None) is not None:
         from .tune import strategies
         strategies.parse(a.strategy)
+    check_farm(a)
     dbs = getattr(a, "tuning_db", None)
     if dbs is not None:
         from .tune.records import check_tuning_db
@@ -64,6 +66,31 @@ def check_args(a):
             check_tuning_db(p)
     if getattr(a, "command", None) == "tune" and getattr(a, "layer", None):
         _check_layers(a.net, a.batch, a.layer)
+
+
+def add_farm_options(p):
+    p.add_argument("--ray", metavar="ADDRESS|local",
+                   help="measure on a Ray tuning farm: every device of the target the cluster "
+                        "at ADDRESS (or auto) offers, or `local`: a Ray on this machine "
+                        "(docs/tuning.md, Tuning farm; pip install aotconv[farm])")
+    p.add_argument("--ray-workers", type=int, metavar="N",
+                   help="use N of the farm's devices (with --ray local: offer N workers)")
+
+
+def check_farm(a):
+    """--ray needs Ray installed; --ray-workers a positive count and --ray. The choice goes
+    to BuildContext through AOTCONV_RAY / AOTCONV_RAY_WORKERS."""
+    ray, workers = getattr(a, "ray", None), getattr(a, "ray_workers", None)
+    if workers is not None and workers < 1:
+        raise AotconvError(f"--ray-workers {workers}: give a positive integer")
+    if workers is not None and not ray:
+        raise AotconvError("--ray-workers needs --ray ADDRESS (or --ray local)")
+    if ray:
+        from .tune.farm import require_ray
+        require_ray()
+        os.environ["AOTCONV_RAY"] = ray
+        if workers is not None:
+            os.environ["AOTCONV_RAY_WORKERS"] = str(workers)
 
 
 def _check_layers(source, batch, names):
@@ -176,6 +203,7 @@ def parser():
     b.add_argument("--jobs", type=int, help="parallel kernel compiles while tuning")
     b.add_argument("--quiet", action="store_true", help="no progress output")
     b.add_argument("--json", action="store_true", help="progress as JSON lines on stderr")
+    add_farm_options(b)
     b.set_defaults(func=cmd_build)
 
     r = sub.add_parser("run", help="run a built library on random input; print output and times")
@@ -196,6 +224,8 @@ def parser():
                 raise
             continue
         m.add_commands(sub)
+    if "tune" in sub.choices:
+        add_farm_options(sub.choices["tune"])
     return p
 
 

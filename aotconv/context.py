@@ -7,10 +7,18 @@ fallback) with its budget and strategy, where progress goes, and, when tuning, t
 worker processes. A BuildContext looks the device up and opens the records once; the steps
 take it instead of a dozen keyword arguments each, and one measurer serves the whole build.
 
+The measurer is this machine's processes (tune.measure.Measurer), or, given `ray` (an address,
+"auto" or "local"; the environment's AOTCONV_RAY when not given, which is what `--ray` sets),
+the tuning farm (tune.farm.Farm): the devices of the target a Ray cluster offers, started when
+the context is made. With a farm the records are keyed by the identity of the farm's devices,
+and tuning needs no device on this machine.
+
     with BuildContext.make("pocl-cpu", mode="tune", budget="2m") as ctx:
         choices = choose(net, ctx)
 """
 from dataclasses import dataclass, field
+import os
+import sys
 
 from .errors import AotconvError
 from .targets import device_identity, find_device, get_target, with_limits
@@ -35,14 +43,18 @@ class BuildContext:
     share: str = "cost"          # how a network budget is shared: cost | equal
     where: object = None         # parsed `--where` restrictions
     progress: object = None      # tune.progress.Progress
+    ray: str = None              # measure on a Ray tuning farm: an address, "auto" or "local"
+    ray_workers: int = None      # how many of its devices (default: all it offers)
     _measurer: object = field(default=None, repr=False)
     _own_measurer: bool = field(default=False, repr=False)
+    _farm: object = field(default=None, repr=False)
 
     @classmethod
     def make(cls, target="auto", *, mode="tune", tuning_db=None, budget=None, strategy=None,
              seed=0, jobs=None, require_tuned=False, share="cost", where=None, quiet=False,
-             json_progress=False, progress=None, measurer=None):
-        """Look the target's device up and open its records; `target` is a name or a profile."""
+             json_progress=False, progress=None, measurer=None, ray=None, ray_workers=None):
+        """Look the target's device up and open its records; `target` is a name or a profile.
+        With `ray` (default: $AOTCONV_RAY) and mode "tune", start the tuning farm too."""
         from .space import parse_where
         from .tune import strategies
         from .tune.progress import Progress
@@ -55,14 +67,27 @@ class BuildContext:
         strategies.parse(strategy)
         found = find_device(profile)
         live = with_limits(profile, found[1]) if found is not None else profile
-        return cls(profile=profile, target=live, found=found,
+        ray, ray_workers = _farm_options(ray, ray_workers)
+        ctx = cls(profile=profile, target=live, found=found,
                    device=device_identity(*found) if found is not None else None,
                    store=Store.default(profile, tuning_db), mode=mode,
                    budget=Clock.make(budget, profile) or budget,
                    strategy=strategy, seed=seed, jobs=jobs, require_tuned=require_tuned,
                    share=share, where=parse_where(where),
                    progress=progress or Progress.make(quiet=quiet, json_progress=json_progress),
-                   _measurer=measurer)
+                   ray=ray, ray_workers=ray_workers, _measurer=measurer)
+        if ray and mode == "tune" and measurer is None and found is None:
+            ctx._start_farm()            # the farm's devices say what records are keyed by
+        return ctx
+
+    def _start_farm(self):
+        from .tune.farm import Farm
+        quiet = self.progress.mode == "quiet"
+        farm = Farm(self.profile, self.ray, self.ray_workers, device=self.device,
+                    say=lambda m: quiet or print(m, file=sys.stderr, flush=True))
+        if self.device is None:              # no device here: the farm's stand for it
+            self.device, self.target = farm.device, farm.target
+        self._measurer, self._own_measurer, self._farm = farm, True, farm
 
     @property
     def present(self):
@@ -71,8 +96,14 @@ class BuildContext:
 
     @property
     def tuning(self):
-        """Whether choices are measured on the device (tune mode with the device present)."""
-        return self.mode == "tune" and self.present
+        """Whether choices are measured on the device (tune mode with the device present, or
+        a tuning farm that has it)."""
+        return self.mode == "tune" and (self.present or self.farm is not None)
+
+    @property
+    def farm(self):
+        """The tuning farm measuring for this build, or None."""
+        return self._farm
 
     def require_device(self):
         """This context, or an error when the target's device is not on this machine (the
@@ -83,7 +114,10 @@ class BuildContext:
         return self
 
     def measurer(self):
-        """The measuring worker processes, started on first use and shared by the build."""
+        """The measuring worker processes (or the tuning farm), started on first use and
+        shared by the build."""
+        if self._measurer is None and self.ray and self.mode == "tune":
+            self._start_farm()
         if self._measurer is None:
             from .tune.measure import Measurer
             self._measurer = Measurer(self.target, jobs=self.jobs)
@@ -93,10 +127,28 @@ class BuildContext:
     def close(self):
         if self._own_measurer and self._measurer is not None:
             self._measurer.close()
-        self._measurer, self._own_measurer = None, False
+        self._measurer, self._own_measurer, self._farm = None, False, None
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _farm_options(ray, workers):
+    """(address, workers) from the arguments or, where not given, AOTCONV_RAY and
+    AOTCONV_RAY_WORKERS."""
+    if ray is None:
+        ray = os.environ.get("AOTCONV_RAY") or None
+    if workers is None and os.environ.get("AOTCONV_RAY_WORKERS"):
+        text = os.environ["AOTCONV_RAY_WORKERS"]
+        try:
+            workers = int(text)
+        except ValueError:
+            raise AotconvError(f"AOTCONV_RAY_WORKERS={text!r}: give a positive integer") from None
+    if workers is not None and workers < 1:
+        raise AotconvError(f"--ray-workers {workers}: give a positive integer")
+    if workers is not None and not ray:
+        raise AotconvError("--ray-workers needs --ray ADDRESS (or --ray local)")
+    return ray, workers

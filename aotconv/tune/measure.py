@@ -21,6 +21,11 @@ until about `min_total_ms`, each on the next copy. The parent waits on each proc
 deadline and kills one that overstays it, so a hung kernel costs `timeout_s`.
 On a CPU device builds finish before timing starts (they would steal the cores being timed);
 on a GPU they overlap.
+
+`MeasurerBase` is what the search measures with: this module's `Measurer` (the processes of
+this machine) and `tune.farm.Farm` (devices and CPUs of a Ray cluster) implement it. Both
+prepare candidates with `prepare_job` and run them with `run_job`, so an outcome means the
+same whichever measured it.
 """
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
@@ -141,6 +146,23 @@ class Job:
     repeats: tuple = (5, 30)
     rotate_bytes: int = 0
     tol: float = protocol.TOLERANCE
+    device: int = 0                 # which of the matching devices of this machine runs it
+
+
+def prepare_job(target, layer, cand, variants, options, seed=0, timeout_s=20.0,
+                min_total_ms=20.0, repeats=(5, 30)):
+    """A Job for `cand` (space.Candidate) of `layer`, rendered here; a build_failed Outcome
+    when the variant cannot render the configuration."""
+    v = variants[cand.variant]
+    try:
+        source = v.render(layer, cand.cfg, "k")
+        plan = Plan(v, layer, cand.cfg)
+    except Exception as e:
+        return Outcome(Status.BUILD_FAILED, message=f"the variant could not render this "
+                       f"configuration: {type(e).__name__}: {e}")
+    return Job(layer, cand.cfg, plan, source, tuple(options), seed=seed, timeout_s=timeout_s,
+               min_total_ms=min_total_ms, repeats=tuple(repeats),
+               rotate_bytes=target.cache_bytes)
 
 
 # -- worker processes --------------------------------------------------------------------------
@@ -265,10 +287,29 @@ def _describe_exit(code):
 _state = {}
 
 
-def _context(target):
-    if "ctx" not in _state:
-        _state["ctx"] = context_for(target)
+def _context(target, index=0):
+    """The device context of this process: the first device matching `target`, or its
+    `index`-th (modulo how many there are: N workers may share one PoCL device)."""
+    if _state.get("ctx_index") != index or "ctx" not in _state:
+        _state["ctx"] = context_for(target) if index == 0 else _nth_context(target, index)
+        _state["ctx_index"] = index
     return _state["ctx"]
+
+
+def _nth_context(target, index):
+    from ..targets import matches
+    cl = pyopencl()
+    found = []
+    for p in cl.get_platforms():
+        try:
+            found.extend(d for d in p.get_devices() if matches(target, p, d))
+        except cl.Error:
+            continue
+    if not found:
+        return context_for(target)              # says which target has no device
+    d = found[index % len(found)]
+    ctx = cl.Context([d])
+    return ctx, cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE), d
 
 
 def _quiet_cl():
@@ -330,7 +371,7 @@ def run_candidate(tick, target, job):
     time only a correct kernel. Returns an Outcome."""
     cl = pyopencl()
     _quiet_cl()
-    ctx, q, dev = _context(target)
+    ctx, q, dev = _context(target, job.device)
     xs, params, ref = _data(job.layer, job.seed)
     t0 = time.perf_counter()
     try:
@@ -366,12 +407,36 @@ def run_candidate(tick, target, job):
 
 # -- the parent's side -------------------------------------------------------------------------
 
-class Measurer:
+class MeasurerBase:
+    """The interface the search measures with.
+
+    measure(layer, candidates, variants=None, on_outcome=None) -> [Outcome], in the order of
+    `candidates`, calling on_outcome(candidate, outcome) as each is known (in any order), so
+    that records are written as results arrive; close() releases the processes or devices.
+    `slots`: how many candidates it measures at the same time (its devices)."""
+
+    target = None
+    slots = 1
+
+    def measure(self, layer, candidates, variants=None, on_outcome=None):
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Measurer(MeasurerBase):
     """Measures candidates of any layer on `target`'s device (present on this machine)."""
 
     def __init__(self, target, jobs=None, timeout_s=20.0, build_timeout_s=300.0, seed=0,
                  min_total_ms=20.0, repeats=(5, 30), options=None, overlap=None,
-                 binaries=None):
+                 binaries=None, device=0):
         self.target = target
         self.jobs = max(0, os.cpu_count() or 1) if jobs is None else int(jobs)
         self.timeout_s, self.build_timeout_s = timeout_s, build_timeout_s
@@ -380,6 +445,7 @@ class Measurer:
         self.overlap = (target.kind == "gpu") if overlap is None else overlap
         # GPUs hand back their binary (PTX...) for free; PoCL shares a kernel cache instead
         self.binaries = (target.kind == "gpu") if binaries is None else binaries
+        self.device = device
         self.runner = Worker()
         self.builders = queue.Queue()
         self._nbuilders = self.jobs if self.jobs >= 2 else 0
@@ -410,16 +476,8 @@ class Measurer:
             self.builders.put(w)
 
     def _prepare(self, layer, cand, variants):
-        v = variants[cand.variant]
-        try:
-            source = v.render(layer, cand.cfg, "k")
-            plan = Plan(v, layer, cand.cfg)
-        except Exception as e:
-            return Outcome(Status.BUILD_FAILED, message=f"the variant could not render this "
-                           f"configuration: {type(e).__name__}: {e}")
-        return Job(layer, cand.cfg, plan, source, self.options, seed=self.seed,
-                   timeout_s=self.timeout_s, min_total_ms=self.min_total_ms,
-                   repeats=self.repeats, rotate_bytes=self.target.cache_bytes)
+        return prepare_job(self.target, layer, cand, variants, self.options, self.seed,
+                           self.timeout_s, self.min_total_ms, self.repeats)
 
     def measure(self, layer, candidates, variants=None, on_outcome=None):
         """Outcomes of `candidates` (space.Candidate) of `layer`, in order. `on_outcome(cand,
@@ -446,9 +504,16 @@ class Measurer:
         return out
 
     def _run(self, job, fut):
+        return self.run_job(job, fut.result() if fut is not None else None)
+
+    def run_job(self, job, built=None):
+        """Run, verify and time `job` in the runner process. `built`: a builder's result
+        (build_binary's ("ok", binary or None, seconds), ("fail", log, seconds)) or
+        ("timeout", message, None); None: the runner builds from source."""
         build_s = None
-        if fut is not None:
-            kind, value, build_s = fut.result()
+        job.device = self.device
+        if built is not None:
+            kind, value, build_s = built
             if kind == "fail":
                 return Outcome(Status.BUILD_FAILED, message=value, build_s=build_s)
             if kind == "timeout":
@@ -479,9 +544,3 @@ class Measurer:
             while not self.builders.empty():
                 self.builders.get().kill()
             self._pool = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
