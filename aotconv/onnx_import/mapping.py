@@ -121,7 +121,7 @@ def map_node(n, g):
             c.stop("output", f"has rank {len(g.shapes[out])}; aotconv maps tensors of rank 2 "
                              f"to 4")
         used = set(g.consumers()) | g.output_tensors()
-        for i, t in enumerate(n.outputs[1:], 1):
+        for i, t in enumerate(n.outputs[1:] if n.op != "Split" else [], 1):
             if t and t in used:
                 c.bad(f"output {i}", f"'{t}' is used; aotconv computes only the first output "
                                      f"of {n.op}")
@@ -499,6 +499,19 @@ def _pad(c):
                  "alone reads it, padding H and W by constant amounts >= 0; this one is not")
 
 
+def _split(c):
+    c.value(0)
+    c.stop(None, "a Split is imported only along the channels (axis 1) of a tensor of rank 2 "
+                 "to 4, each output a channel_slice; this one is not")
+
+
+def _slice(c):
+    c.value(0)
+    c.stop(None, "a Slice is imported only as channels [start, end) of a tensor of rank 2 to 4 "
+                 "(constant starts, ends and axes, step 1, every other axis whole: "
+                 "channel_slice); this one is not")
+
+
 def _channel_shuffle(c):
     c.value(0)
     return Mapped({"op": "channel_shuffle", "groups": int(c.attr("groups"))}, [c.n.input(0)])
@@ -529,7 +542,7 @@ OPS = {
     "BatchNormalization": _batchnorm, "Gemm": _gemm, "MatMul": _matmul,
     "Flatten": _flatten, "Reshape": _flatten, "Squeeze": _flatten, "Unsqueeze": _flatten,
     "Identity": _identity_like, "Dropout": _identity_like, "Cast": _identity_like,
-    "Pad": _pad,
+    "Pad": _pad, "Split": _split, "Slice": _slice,
 }
 _WINDOW = {"auto_pad", "kernel_shape", "pads", "strides"}
 KNOWN_ATTRS = {
@@ -546,5 +559,5 @@ KNOWN_ATTRS = {
     "Gemm": {"alpha", "beta", "transA", "transB"}, "MatMul": set(),
     "Flatten": {"axis"}, "Reshape": {"allowzero"}, "Squeeze": set(), "Unsqueeze": set(),
     "Identity": set(), "Dropout": {"seed"}, "Cast": {"to", "saturate", "round_mode"},
-    "Pad": {"mode"},
+    "Pad": {"mode"}, "Split": {"axis", "num_outputs"}, "Slice": set(),
 }

@@ -6,7 +6,8 @@ PoCL without tuning, run) and is compared with ONNX's expected outputs by ONNX's
 Runner.assert_similar_outputs (its rtol/atol, shapes and dtypes). A model the importer does
 not take is skipped with its reason (unittest.SkipTest), never counted as passed.
 
-    python tests/onnx_backend/conformance.py [--subset]   # runs them, prints the table
+    python tests/onnx_backend/conformance.py [--subset] [--ops Clip,Mul]   # runs them, prints
+                                                                          # the table
 """
 import sys
 import time
@@ -106,8 +107,11 @@ def table(results):
 
 def main(argv):
     subset = "--subset" in argv
+    only = set(argv[argv.index("--ops") + 1].split(",")) if "--ops" in argv else None
     results, t0 = {}, time.time()
     for op, cs in sorted(cases().items()):
+        if only is not None and op not in only:
+            continue
         for c in cs:
             if subset and c.name not in SUBSET:
                 continue
