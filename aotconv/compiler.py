@@ -99,13 +99,16 @@ def _build_into(od, ctx, net, job, quiet):
     # aotconv.layouts); build_schedule inserts the conversions the layouts still need
     net, choices, fused = fusion.apply(net, choices, ctx.profile, job.fuse_pool, ctx.mode,
                                        choose_only)
+    net, choices, residual = fusion.apply_residual(net, choices, ctx.profile, "measure",
+                                                   ctx.mode, choose_only)
     choices, layout_plan = layouts.plan_network(net, choices, ctx)
     sch = build_schedule(net, choices, convert=choose_conversions, source=job.net0)
-    sch.fusion, sch.layout_plan = fused, layout_plan
+    sch.fusion, sch.residual, sch.layout_plan = fused, residual, layout_plan
     net = sch.net
-    if fused or sch.conversions:
-        log(f"aotconv: {sum(d.fused for d in fused)} of {len(fused)} pools fused into their "
-            f"conv; {len(sch.conversions)} layout conversions inserted", quiet)
+    if fused or residual or sch.conversions:
+        log(f"aotconv: {sum(d.fused for d in fused)} of {len(fused)} pools and "
+            f"{sum(d.fused for d in residual)} of {len(residual)} residual adds fused into "
+            f"their conv; {len(sch.conversions)} layout conversions inserted", quiet)
     emit(sch, ctx.profile, stage, prefix=od.path)
     flat = job.flat if job.flat is not None else params_mod.random_params(job.net0, seed=job.seed)
     params_mod.write_bin(stage / f"{c_ident(net.name)}.params.bin", flat)

@@ -169,6 +169,11 @@ def write_tuning_json(sch, target, path):
     # aotconv.fusion and aotconv.layouts: which pools were fused (and the times compared),
     # the layout conversions inserted and what the layout plan changed
     doc["pool_fusion"] = [d.as_dict() for d in (sch.fusion or [])]
+    # aotconv.passes and aotconv.fusion: batchnorms folded (set_params computes the weights),
+    # residual adds fused into their conv's epilogue
+    doc["batchnorm_folds"] = [dict(layer=f.layer, batchnorms=[b[0] for b in f.batchnorms])
+                              for f in sch.folds]
+    doc["residual_fusion"] = [d.as_dict() for d in (sch.residual or [])]
     doc["layout_conversions"] = dict(
         count=len(sch.conversions),
         layers=[dict(name=n, tensor=net.layer(n).inputs[0], src=net.layer(n).attrs["src"],

@@ -1,4 +1,6 @@
-"""Which pools fold into the convolution before them: where the tuner measures it faster.
+"""Which pools and residual adds fold into the convolution before them.
+
+Pools: where the tuner measures it faster.
 
 After the unfused network's choices are made, every conv -> max/avg pool pair that
 passes.fusable_pools finds is fused in a copy of the network (passes.fuse_pool) and the fused
@@ -13,11 +15,26 @@ pair stays fused when the fused kernel's measured time is below the conv's plus 
     policy "never"    fuse none
 
 Every pair's decision, its three times and the reason go to tuning.json and report.md.
+
+Residual adds (`apply_residual`): every add that passes.fusable_residuals pairs with a conv is
+fused in a copy of the network (passes.fuse_residual) and the fused convs get choices of their
+own, as above. Under policy "measure" a pair is fused
+
+    where no variant takes the fused layer        never (the add stays a kernel of its own)
+    where all three times are measured            when t(fused) < t(conv) + t(add)
+    where they are not (fallback mode, no record) when the fused layer runs the conv's own
+                                                  variant and configuration: the same kernel
+                                                  with the add's read of the residual moved
+                                                  into its epilogue, one write and one read of
+                                                  the tensor and a launch fewer, so it cannot
+                                                  lose; otherwise (a tuned conv against the
+                                                  fused layer's untuned fallback) not fused
 """
 from dataclasses import dataclass, asdict
 
 from . import passes
 from .errors import AotconvError
+from .variants import for_layer
 
 POLICIES = ("measure", "always", "never")
 
@@ -99,6 +116,86 @@ def apply(net, choices, target, policy="measure", mode="tune", choose_fn=None):
         return net, dict(choices), decisions
     out = passes.fuse_pool(net, keep)
     gone = {d.pool for d in decisions if d.fused}
+    new = {k: v for k, v in choices.items() if k not in gone}
+    new.update({c: fused_choices[c] for c in keep})
+    return out, new, decisions
+
+
+@dataclass(frozen=True)
+class ResidualDecision:
+    conv: str
+    add: str
+    residual: str = None        # the add's other input, which the fused conv reads
+    conv_ms: float = None
+    add_ms: float = None
+    fused_ms: float = None
+    fused: bool = False
+    why: str = ""
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def decide_residual(pairs, choices, fused_choices, policy, declined=None):
+    """[ResidualDecision] for each (conv, add, residual) given the unfused and the fused
+    choices; `declined` {conv: why} names the pairs no variant takes fused."""
+    declined = declined or {}
+    out = []
+    for conv, add, res in pairs:
+        a, b, f = choices.get(conv), choices.get(add), fused_choices.get(conv)
+        t = [getattr(x, "time_ms", None) for x in (a, b, f)]
+        if conv in declined:
+            ok, why = False, f"no variant takes the fused layer: {declined[conv]}"
+        elif policy == "always":
+            ok, why = True, "fusion forced (policy always)"
+        elif policy == "never":
+            ok, why = False, "fusion off (policy never)"
+        elif None not in t:
+            ok = t[2] < t[0] + t[1]
+            why = (f"fused {'faster' if ok else 'slower'}: {t[2]:.4g} "
+                   f"{'<' if ok else '>='} {t[0]:.4g} + {t[1]:.4g} ms")
+        elif f is not None and a is not None and (f.variant, f.cfg) == (a.variant, a.cfg):
+            ok, why = True, (f"not measured; the conv's own kernel ({a.variant} {a.cfg}) with "
+                             f"the add in its epilogue: one kernel and one write and read of "
+                             f"the tensor fewer")
+        else:
+            ok = False
+            why = ("not measured, and the fused layer would run "
+                   f"{f.variant if f else 'nothing'} where the conv runs "
+                   f"{a.variant if a else 'nothing'}")
+        out.append(ResidualDecision(conv, add, res, t[0], t[1], t[2], ok, why))
+    return out
+
+
+def apply_residual(net, choices, target, policy="measure", mode="tune", choose_fn=None):
+    """(net, choices, [ResidualDecision]): `net` with the residual adds worth fusing fused into
+    the conv before them, and its choices (`choose_fn` as for `apply`)."""
+    if policy not in POLICIES:
+        raise AotconvError(f"unknown residual fusion policy '{policy}'; use "
+                           f"{', '.join(POLICIES)}")
+    pairs = passes.fusable_residuals(net)
+    if not pairs:
+        return net, dict(choices), []
+    by_name = {l.name: l for l in net.layers}
+    triples, declined, takers = [], {}, []
+    for conv, add in pairs:
+        fused = passes.residual_layer(by_name[conv], by_name[add])
+        triples.append((conv, add, fused.inputs[1]))
+        if not for_layer(fused):
+            from .variants import active
+            declined[conv] = "; ".join(filter(None, (v.supports(fused) for v in active()
+                                                     if "conv" in v.ops)))
+        else:
+            takers.append(conv)
+    fused_choices = {}
+    if takers and policy != "never":
+        fused_choices = choose_fn(passes.fuse_residual(net, takers), takers)
+    decisions = decide_residual(triples, choices, fused_choices, policy, declined)
+    keep = [d.conv for d in decisions if d.fused]
+    if not keep:
+        return net, dict(choices), decisions
+    out = passes.fuse_residual(net, keep)
+    gone = {d.add for d in decisions if d.fused}
     new = {k: v for k, v in choices.items() if k not in gone}
     new.update({c: fused_choices[c] for c in keep})
     return out, new, decisions

@@ -168,6 +168,10 @@ def forward(layer, inputs, params):
     prm = {k: np.asarray(v, np.float64) for k, v in (params or {}).items()}
     if op in ACT_OPS:
         return act_of(x, a)
+    if op == "conv" and a.get("residual"):
+        # a residual add fused in (passes.fuse_residual): act(conv(x) + bias + r)
+        y = conv(x, prm["weight"], prm.get("bias"), dict(a, act="none"), layer.out_shape)
+        return act_of(y + xs[1], a)
     if op == "conv":
         return conv(x, prm["weight"], prm.get("bias"), a, layer.out_shape)
     if op == "dense":

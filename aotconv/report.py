@@ -38,6 +38,8 @@ def write_report(res, path):
     lines += ["", "| layer | op | in | out | MFLOP | kernel | config | source | ms | GFLOP/s | % peak "
               "| tried / pruned / build fail / launch fail / wrong / timeout |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    # the network as written: what each fused name was
+    src = {l.name: l for l in (getattr(sch, "source", None) or net).layers}
     for l in net.layers:
         if is_alias(l):
             lines.append(f"| {l.name} | {l.op} | {_shape(l.in_shape)} | {_shape(l.out_shape)} "
@@ -46,8 +48,9 @@ def write_report(res, path):
         c = sch.choices[l.name]
         fl = op_flops(l)
         op = l.op + ("+" + "+".join(l.fused) if l.fused else "")
-        # the conv's own act, unless an act layer was fused (a conv_pool's last fused is its pool)
-        acts = l.fused[:-1] if l.op == "conv_pool" else l.fused
+        # the layer's act, unless it came with a fused act layer (folded batchnorms, adds and
+        # pools fused in are not act layers)
+        acts = [n for n in l.fused if n in src and src[n].op in ACT_OPS]
         if l.attrs.get("act", "none") != "none" and not acts and l.op not in ACT_OPS:
             op += f" ({l.attrs['act']})"
         ms = per_layer.get(l.name)
@@ -103,9 +106,26 @@ def _ms(v):
 
 
 def _fusion_and_layouts(sch):
-    """Which pools were fused (times compared) and the layout conversions (aotconv.fusion,
-    aotconv.layouts)."""
+    """The batchnorms folded, which pools and residual adds were fused (times compared) and
+    the layout conversions (aotconv.passes, aotconv.fusion, aotconv.layouts)."""
     out = ["## Fusion and layouts", ""]
+    folds = getattr(sch, "folds", None) or []
+    if folds:
+        out += [f"Batchnorms folded into the conv or dense before them (weights and bias "
+                f"computed in set_params): {sum(len(f.batchnorms) for f in folds)}, into "
+                + ", ".join(f"{f.layer} ({', '.join(b[0] for b in f.batchnorms)})"
+                            for f in folds) + ".", ""]
+    res = getattr(sch, "residual", None) or []
+    if res:
+        out += [f"Residual adds fused into the epilogue of the conv before them: "
+                f"{sum(d.fused for d in res)} of {len(res)} candidates (kept where the fused "
+                f"kernel measures faster than conv + add, or, unmeasured, runs the conv's own "
+                f"kernel).", "",
+                "| conv | add | residual | conv ms | add ms | fused ms | fused | why |",
+                "|---|---|---|---|---|---|---|---|"]
+        out += [f"| {d.conv} | {d.add} | {d.residual} | {_ms(d.conv_ms)} | {_ms(d.add_ms)} "
+                f"| {_ms(d.fused_ms)} | {'yes' if d.fused else 'no'} | {d.why} |" for d in res]
+        out.append("")
     fusion = sch.fusion or []
     if fusion:
         out += [f"Pools fused into the convolution before them: {sum(d.fused for d in fusion)} "

@@ -202,3 +202,242 @@ def test_folded_network_matches_numpy_on_pocl(tmp_path):
     assert [l.layer for l in sch.run_launches] == [
         "c1", "c2", "c4", "b4", "sum", "c5", "b5", "p6", "b6", "c7", "b7", "f"]
     check_library(net0, res)
+
+
+# -- residual adds ----------------------------------------------------------------------------
+
+# Two bottleneck-like blocks: r1 with a downsample branch (both branches conv + batchnorm, so
+# the add has two fusable convs: the later, d1, is taken), r2 with an identity shortcut; then
+# adds that must stay: after a conv with its own act (a3), after a conv read twice (a4), of
+# three tensors (a5), of one tensor twice (a6), and one whose conv is a network output (a7).
+RESIDUAL = """\
+name: residual
+input: [1, 4, 10, 10]
+outputs: [a4, a5, a6, a7, c7, relu2]
+layers:
+  - {name: c1, op: conv, out: 8, kernel: 3, pad: 1, bias: false}
+  - {name: b1, op: batchnorm, act: relu}
+  - {name: c2, op: conv, out: 16, kernel: 1, bias: false}
+  - {name: b2, op: batchnorm}
+  - {name: d1, op: conv, out: 16, kernel: 3, stride: 1, pad: 1, bias: false, inputs: [input]}
+  - {name: e1, op: batchnorm, inputs: [d1]}
+  - {name: r1, op: add, inputs: [b2, e1], act: relu}
+  - {name: c3, op: conv, out: 16, kernel: 3, pad: 1, inputs: [r1]}
+  - {name: b3, op: batchnorm}
+  - {name: r2, op: add, inputs: [r1, b3]}
+  - {name: relu2, op: relu}
+  - {name: c4, op: conv, out: 16, kernel: 1, act: relu, inputs: [r1]}
+  - {name: a3, op: add, inputs: [c4, r1]}
+  - {name: c5, op: conv, out: 16, kernel: 1, inputs: [a3]}
+  - {name: a4, op: add, inputs: [c5, c5]}
+  - {name: c6, op: conv, out: 16, kernel: 1, inputs: [r1]}
+  - {name: a5, op: add, inputs: [c6, r1, a3]}
+  - {name: c8, op: conv, out: 16, kernel: 1, inputs: [r1]}
+  - {name: a6, op: add, inputs: [c8, c8]}
+  - {name: c7, op: conv, out: 16, kernel: 1, inputs: [r1]}
+  - {name: a7, op: add, inputs: [c7, r1]}
+"""
+
+
+def test_fusable_residuals_and_the_rewrite(tmp_path):
+    net = passes.optimise(load(tmp_path, RESIDUAL))
+    # relu2 folded into r2; r2 added c3 (folded with b3) to r1
+    assert passes.fusable_residuals(net) == [("d1", "r1"), ("c3", "r2")]
+    out = passes.fuse_residual(net)
+    d1, c3 = out.layer("d1"), out.layer("c3")
+    assert d1.inputs == ["input", "c2"] and d1.attrs["residual"] is True
+    assert d1.attrs["act"] == "relu" and d1.fused == ["e1", "r1"]
+    assert d1.in_shapes == [(1, 4, 10, 10), (1, 16, 10, 10)]
+    assert d1.params == [("weight", (16, 4, 3, 3)), ("bias", (16,))]
+    # the next block reads the fused layer; its own add, with the relu fused into it, too
+    assert c3.inputs == ["d1", "d1"] and c3.attrs["act"] == "relu"
+    assert c3.fused == ["b3", "r2", "relu2"]
+    assert out.outputs == ["a4", "a5", "a6", "a7", "c7", "c3"]
+    names = [l.name for l in out.layers]
+    assert "r1" not in names and "r2" not in names
+    assert names.index("d1") > names.index("c2") and names.index("c3") > names.index("d1")
+    for l in out.layers:                      # still in topological order
+        for t in l.inputs:
+            assert t == "input" or names.index(t) < names.index(l.name)
+    # the rest stays: a3 (c4 has an act), a4 and a6 (one tensor twice), a5 (three), a7 (output)
+    assert {"a3", "a4", "a5", "a6", "a7"} <= set(names)
+    with pytest.raises(ValueError, match="c4"):
+        passes.fuse_residual(net, ["c4"])
+    # the input network is left as it was
+    assert net.layer("r1").op == "add" and "residual" not in net.layer("d1").attrs
+
+
+def residual_conv(in_shape, **conv):
+    """(the conv with a residual fused in, the plain conv, the add) built as the pass does."""
+    c = make_layer("conv", [in_shape], name="c", **conv)
+    act = {k: conv[k] for k in ("act", "alpha") if k in conv}
+    a = Layer("a", "add", ops.normalise("add", act),
+              ["c", "r"], in_shapes=[c.out_shape, c.out_shape], out_shape=c.out_shape)
+    plain = make_layer("conv", [in_shape], name="c", **dict(conv, act="none"))
+    return passes.residual_layer(plain, a), plain, a
+
+
+def test_reference_of_the_fused_layer_is_the_unfused_pair():
+    fused, plain, add = residual_conv((2, 3, 7, 6), out=5, kernel=3, pad=1, act="leaky_relu",
+                                      alpha=0.3)
+    rng = np.random.default_rng(1)
+    from aotconv.harness import random_inputs
+    xs, prm = random_inputs(fused, rng)
+    want = reference.forward(add, [reference.forward(plain, xs[:1], prm), xs[1]], {})
+    assert np.array_equal(reference.forward(fused, xs, prm), want)
+
+
+RESIDUAL_VARIANTS = ("conv_direct", "conv_tiled", "conv_1x1", "conv_igemm", "conv_im2col")
+
+
+def test_every_variant_takes_the_residual_or_declines_it():
+    """A variant that accepts a conv with a residual passes it (In(1), before the output) to the
+    launch that writes the output and reads it in its kernel; the others say why not."""
+    from aotconv.variants import VARIANTS
+    fused, plain, _ = residual_conv((1, 8, 6, 6), out=8, kernel=1, act="relu")
+    takers = []
+    for v in VARIANTS:
+        why = v.supports(fused)
+        if why is not None:
+            if v.supports(plain) is None:
+                assert "residual" in why, (v.name, why)
+            continue
+        takers.append(v.name)
+        cfg = v.fallback(fused, POCL)
+        for l in v.launches(fused, cfg, "k"):
+            if any(a.kind == "out" for a in l.args):
+                i = [a.kind for a in l.args].index("out")
+                assert l.args[i - 1].kind == "in" and l.args[i - 1].index == 1, (v.name, l)
+            else:
+                assert all(a.kind != "in" or a.index == 0 for a in l.args)
+        src, plain_src = v.render(fused, cfg, "k"), v.render(plain, cfg, "k")
+        assert "res" in src and src != plain_src
+        assert tuple(v.layouts_of(fused, cfg))[0] == tuple(v.layouts_of(fused, cfg))[1]
+    assert sorted(takers) == sorted(RESIDUAL_VARIANTS)
+
+
+def test_residual_decisions():
+    ch = {"c": Choice("conv_direct", Config.of(WG=64, KB=2), 1.0),
+          "a": Choice("add_direct", Config.of(WG=64, VEC=1), 0.3)}
+    pairs = [("c", "a", "r")]
+    fast = {"c": Choice("conv_tiled", Config.of(KT=4), 1.2)}
+    slow = {"c": Choice("conv_tiled", Config.of(KT=4), 1.4)}
+    assert fusion.decide_residual(pairs, ch, fast, "measure")[0].fused
+    assert not fusion.decide_residual(pairs, ch, slow, "measure")[0].fused
+    assert not fusion.decide_residual(pairs, ch, fast, "never")[0].fused
+    # unmeasured: fused only where the fused layer runs the conv's own kernel
+    untimed = {k: Choice(v.variant, v.cfg) for k, v in ch.items()}
+    same = {"c": Choice("conv_direct", Config.of(WG=64, KB=2))}
+    other = {"c": Choice("conv_direct", Config.of(WG=64, KB=4))}
+    d = fusion.decide_residual(pairs, untimed, same, "measure")[0]
+    assert d.fused and "own kernel" in d.why and d.residual == "r"
+    assert not fusion.decide_residual(pairs, untimed, other, "measure")[0].fused
+    # a tuned conv against the fused layer's untuned fallback: fused only where that is the
+    # tuned conv's own kernel
+    assert fusion.decide_residual(pairs, ch, same, "measure")[0].fused
+    assert not fusion.decide_residual(pairs, ch, other, "measure")[0].fused
+    d = fusion.decide_residual(pairs, ch, {}, "always", declined={"c": "none takes it"})[0]
+    assert not d.fused and "none takes it" in d.why
+
+
+# -- on PoCL ----------------------------------------------------------------------------------
+
+# what a configuration may change in the epilogue: split-K (the partial sums' pass), the layout
+# of the output and residual, vector stores, several outputs per work-item along a row
+EPILOGUE_OPTIONS = (lambda p: p.get("KSPLIT", 1) > 1,
+                    lambda p: p.get("KSPLIT", 1) == 1 and max(p.get("VW", 1), p.get("VWN", 1)) > 1,
+                    lambda p: p.get("LAYOUT", "NCHW") != "NCHW",
+                    lambda p: max(p.get("QT", 1), p.get("KB", 1)) > 1)
+
+
+def residual_configs(v, layer, extra):
+    """The fallback and up to `extra` valid points of `v` for `layer` that between them take
+    the epilogue options it has (preferring small, not unrolled kernels: PoCL compiles them
+    faster)."""
+    from aotconv.space import variant_space
+    pts = variant_space(layer, v, POCL, explain=False).points
+    out = [v.fallback(layer, POCL)]
+    todo = [f for f in EPILOGUE_OPTIONS if not f(out[0])]
+    for _ in range(extra):
+        best = max(pts, key=lambda p: (sum(f(p) for f in todo), -p.get("UNROLL", 0),
+                                       -p.get("MBLK", 1) * p.get("NBLK", 1)), default=None)
+        if best is None or not any(f(best) for f in todo):
+            break
+        out.append(best)
+        todo = [f for f in todo if not f(best)]
+    return list(dict.fromkeys(out))
+
+
+@pytest.mark.parametrize("variant", RESIDUAL_VARIANTS)
+def test_residual_epilogue_matches_the_reference(variant):
+    from aotconv.harness import LayerRun, context_for, random_inputs
+    from aotconv.reference import from_layout, to_layout
+    v = BY_NAME[variant]
+    # the fallbacks (what an untuned build runs) of three layers, and on the first the other
+    # epilogue options (few: PoCL takes seconds to compile each, a split-K conv_igemm most)
+    layers = [(residual_conv((1, 16, 6, 10), out=24, kernel=1, act="relu")[0], 2),
+              (residual_conv((2, 6, 9, 7), out=10, kernel=3, stride=2, pad=1, act="tanh",
+                             bias=False)[0], 0),
+              (residual_conv((1, 40, 7, 7), out=12, kernel=3, pad=1, act="sigmoid")[0], 0)]
+    ctx, queue, _ = context_for(POCL)
+    ran = 0
+    for layer, extra in layers:
+        if v.supports(layer) is not None:
+            continue
+        rng = np.random.default_rng(7)
+        xs, prm = random_inputs(layer, rng)
+        want = reference.forward(layer, xs, prm)
+        for cfg in residual_configs(v, layer, extra):
+            lin, lout = v.layouts_of(layer, cfg)
+            r = LayerRun(ctx, queue, layer, v, cfg)
+            r.set_inputs([x if lin == "NCHW" else to_layout(x, lin) for x in xs])
+            r.set_params(prm)
+            r.poison_output()
+            r.run()
+            got = r.read_output()
+            got = got if lout == "NCHW" else from_layout(got.ravel(), lout, layer.out_shape)
+            ok, err = close(got, want)
+            assert ok, f"{variant} {layer.in_shapes} [{cfg}]: max hybrid error {err:.3g}"
+            ran += 1
+    assert ran >= 1
+
+
+def test_residual_network_matches_numpy_on_pocl(tmp_path):
+    net0, res = build(tmp_path, RESIDUAL, "residual")
+    sch = res.schedule
+    assert [(d.conv, d.add, d.fused) for d in sch.residual] == [("d1", "r1", True),
+                                                              ("c3", "r2", True)]
+    run = [l.layer for l in sch.run_launches]
+    assert "r1" not in run and "r2" not in run and {"a3", "a4", "a5", "a6", "a7"} <= set(run)
+    # b1, b2, e1, b3 folded; relu2 into r2, r1 and r2 into their convs
+    assert len(run) == len(net0.layers) - 7
+    check_library(net0, res)
+    import json
+    doc = json.loads((res.outdir / "tuning.json").read_text())
+    assert [d["conv"] for d in doc["residual_fusion"] if d["fused"]] == ["d1", "c3"]
+    assert {f["layer"]: f["batchnorms"] for f in doc["batchnorm_folds"]}["c3"] == ["b3"]
+    report = (res.outdir / "report.md").read_text()
+    assert "| d1 | r1 | c2 |" in report and "Batchnorms folded" in report
+
+
+def test_resnet50_untuned_on_pocl(tmp_path):
+    """ResNet-50 at batch 1, built untuned: 53 convs with their batchnorms folded in and the 16
+    residual adds in their epilogue, 56 kernels in all; against the numpy reference of the
+    network as written, with the parameters the build wrote (seed 0) and loads unchanged."""
+    from aotconv.compiler import compile_network
+    from aotconv.runtime import load as load_lib
+    res = compile_network("resnet50", target="pocl-cpu", outdir=tmp_path / "r50", batch=1,
+                          tune_mode="fallback", measure=False, quiet=True)
+    net0 = spec.load_network("resnet50", batch=1)
+    sch = res.schedule
+    assert sch.param_count == net0.param_count()
+    assert sum(d.fused for d in sch.residual) == 16
+    assert len(sch.run_launches) == 56 and not sch.conversions
+    flat = params_mod.read_bin(res.outdir / "resnet50.params.bin", net0)
+    # the input the build's own --check uses
+    x = np.random.default_rng(1).standard_normal(net0.input_shape).astype(np.float32)
+    with load_lib(res.outdir) as lib:
+        out = lib(x)
+    ref = reference.run_network(net0, x, params_mod.split(net0, flat))[0]
+    ok, err = close(out, ref)
+    assert ok, f"resnet50: max hybrid error {err:.2e}"

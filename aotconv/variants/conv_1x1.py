@@ -13,6 +13,7 @@ Domain: 1x1 kernels with stride 1 and no padding, any dilation (it has no effect
 kernel) and any groups; NCHW in and out.
 """
 from .base import Variant, Knob, Constraint, Launch, In, Out, Param, ceil_div, round_up
+from .residual import with_residual
 from .conv_igemm import conv_sizes, first_valid, pow2_at_least, simd_groups_ok, thread_dims
 
 
@@ -147,7 +148,7 @@ class Conv1x1(Variant):
     def launches(self, layer, cfg, prefix):
         m, n, _ = _dims(layer)
         mblk, nblk = _tile(cfg)
-        args = ((In(0), Param("weight")) + ((Param("bias"),) if layer.attrs["bias"] else ())
-                + (Out(),))
+        args = with_residual(layer, (In(0), Param("weight"))
+                             + ((Param("bias"),) if layer.attrs["bias"] else ()) + (Out(),))
         gsize = (ceil_div(n, nblk) * cfg["NB"], ceil_div(m, mblk) * layer.attrs["groups"] * cfg["MB"])
         return [Launch(prefix, args, gsize, (cfg["NB"], cfg["MB"]))]

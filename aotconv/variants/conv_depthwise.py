@@ -24,6 +24,7 @@ the fused activation in the epilogue. FLOPs and the bytes moved are ops.flops / 
 (2 x KH x KW per output; every input, weight and output once).
 """
 from .base import Variant, Knob, Constraint, Launch, In, Out, Param, ceil_div, round_up
+from .residual import residual_reason
 from .conv_igemm import conv_sizes, first_valid, pow2_at_least, simd_groups_ok
 
 # Straight-line code budget: above this many multiply-adds per work-item the filter-row loop
@@ -138,7 +139,8 @@ class ConvDepthwise(Variant):
         if layer.attrs["groups"] != c:
             return (f"{self.name} needs groups == input channels (depthwise), not groups "
                     f"{layer.attrs['groups']} of {c} channels")
-        return None             # any kernel, stride, pad, dilation, channel multiplier
+        # any kernel, stride, pad, dilation, channel multiplier; no residual input
+        return residual_reason(self, layer)
 
     def knobs(self, layer, target):
         return [Knob("QT", (1, 2, 4, 8), "outputs per work-item along the output row"),

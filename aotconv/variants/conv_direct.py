@@ -4,7 +4,8 @@ The plain, always-valid conv variant (any kernel, stride, pad, dilation, groups,
 no local memory, no weight re-layout; the reference point the tuned variants must beat.
 """
 from .base import ceil_div
-from .flat import ChannelBlocked, channel_block_constraints
+from .flat import ChannelBlocked, channel_block_constraints, conv_args
+from .residual import with_residual
 
 
 def _sizes(layer):
@@ -36,3 +37,6 @@ class ConvDirect(ChannelBlocked):
 
     def template_params(self, layer, cfg):
         return _sizes(layer)
+
+    def args(self, layer):
+        return with_residual(layer, conv_args(layer))

@@ -32,6 +32,7 @@ one bounds check per column and step (10-15% on the H100's 3x3 and 5x5 layers).
 """
 from .base import (Variant, Knob, Constraint, Config, Launch, In, Out, Param, Buffer, Scratch,
                    NoFallback, ceil_div, round_up)
+from .residual import with_residual
 
 LAYOUTS = ("NCHW", "CHWN", "NHWC")
 
@@ -409,15 +410,15 @@ class ConvIgemm(Variant):
         gsize = (ceil_div(npq, cfg["NBLK"]) * cfg["NDIM"],
                  ceil_div(m, cfg["MBLK"]) * g * cfg["MDIM"])
         lsize = (cfg["NDIM"], cfg["MDIM"])
-        bias = bool(layer.attrs["bias"])
+        run_args = with_residual(layer, _RUN_ARGS[bool(layer.attrs["bias"])])
         out = [Launch(f"{prefix}_pack", _PACK_ARGS, (round_up(packed, 64),), (64,), phase="setup")]
         if cfg["KSPLIT"] == 1:
-            return out + [Launch(prefix, _RUN_ARGS[bias], gsize, lsize)]
+            return out + [Launch(prefix, run_args, gsize, lsize)]
         full, split = _tail(layer, cfg)
         groups = full + split * cfg["KSPLIT"]           # one row: whole tiles, then slices
         return out + [Launch(f"{prefix}_zero", (Buffer("ksem"),), (round_up(split, 64),), (64,),
                              phase="setup"),
-                      Launch(prefix, _RUN_ARGS[bias] + (Scratch(), Buffer("ksem")),
+                      Launch(prefix, run_args + (Scratch(), Buffer("ksem")),
                              (groups * cfg["NDIM"], cfg["MDIM"]), lsize)]
 
 

@@ -13,6 +13,7 @@ batch 1); partial tiles then go to scratch and a small launch sums them with bia
 """
 from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, Arg, \
     ceil_div, round_up
+from .residual import with_residual
 from . import gemm_tiles as gt
 
 INT32 = 2 ** 31 - 1
@@ -158,10 +159,11 @@ class ConvIm2col(Variant):
             out.append(Launch(f"{prefix}_im2col", (In(0), Scratch(), n0),
                               (round_up(d["NCP"], 64), d["KP"], d["G"]), (64, 1, 1)))
             if d["KSPLIT"] == 1:
-                out.append(Launch(f"{prefix}_gemm", (Buffer("wpack"), Scratch()) + bias + (Out(), n0),
-                                  gg, gl))
+                out.append(Launch(f"{prefix}_gemm", with_residual(
+                    layer, (Buffer("wpack"), Scratch()) + bias + (Out(), n0)), gg, gl))
             else:
                 out.append(Launch(f"{prefix}_gemm", (Buffer("wpack"), Scratch()), gg, gl))
-                out.append(Launch(f"{prefix}_reduce", (Scratch(),) + bias + (Out(), n0),
+                out.append(Launch(f"{prefix}_reduce",
+                                  with_residual(layer, (Scratch(),) + bias + (Out(), n0)),
                                   (round_up(d["NCOLS"], 64), d["OG"], d["G"]), (64, 1, 1)))
         return out

@@ -14,6 +14,7 @@ Domain: every convolution (any kernel, stride, asymmetric pad, dilation, groups)
 out.
 """
 from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, ceil_div, round_up
+from .residual import with_residual
 from .conv_igemm import conv_sizes, first_valid, pow2_at_least, simd_groups_ok
 
 # Straight-line code budget: above this many multiply-adds per input channel the filter-row
@@ -149,8 +150,8 @@ class ConvTiled(Variant):
         return {"wpack": _packed(layer, cfg)}
 
     def launches(self, layer, cfg, prefix):
-        args = ((In(0), Buffer("wpack")) + ((Param("bias"),) if layer.attrs["bias"] else ())
-                + (Out(),))
+        args = with_residual(layer, (In(0), Buffer("wpack"))
+                             + ((Param("bias"),) if layer.attrs["bias"] else ()) + (Out(),))
         return [Launch(f"{prefix}_pack", (Param("weight"), Buffer("wpack")),
                        (round_up(_packed(layer, cfg), 64),), (64,), phase="setup"),
                 Launch(prefix, args, (round_up(_items(layer, cfg), cfg["WG"]),), (cfg["WG"],))]

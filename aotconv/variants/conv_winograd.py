@@ -17,6 +17,7 @@ from fractions import Fraction as F
 
 from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, \
     ceil_div, round_up
+from .residual import residual_reason
 from . import gemm_tiles as gt
 from ..graph import count
 
@@ -146,7 +147,7 @@ class ConvWinograd(Variant):
             return "Winograd tiles need dilation 1"
         if a["groups"] != 1:
             return "this Winograd variant implements groups = 1 only"
-        return None
+        return residual_reason(self, layer)
 
     def knobs(self, layer, target):
         return [Knob("M", (2, 4), "output tile M x M: F(2x2,3x3) or F(4x4,3x3)")] + \

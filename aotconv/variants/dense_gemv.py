@@ -28,6 +28,8 @@ def dense_reason(layer):
     if layer.op != "conv":
         return f"implements dense (and convolutions that are dense layers), not {layer.op}"
     a = layer.attrs
+    if a.get("residual"):
+        return "takes no residual input in its epilogue (a conv with an add fused in)"
     _, _, h, w = layer.in_shape
     (kh, kw), (dh, dw) = a["kernel"], a["dilation"]
     if a["groups"] != 1:

@@ -9,6 +9,7 @@ def comp(w, i):
 <%
     act, alpha = attrs["act"], attrs["alpha"]
     fv = vtype(VW)
+    residual = bool(attrs.get("residual"))      # an add fused in (aotconv.variants.residual)
 %>\
 // ${prefix}: 1x1 convolution as a GEMM (${variant}, after Boda's k1conv)
 //   in ${BATCH}x${C}x${H}x${W} -> out ${BATCH}x${K}x${P}x${Q}, groups ${G},
@@ -53,6 +54,9 @@ __kernel __attribute__((reqd_work_group_size(NB, MB, 1)))
 void ${prefix}(__global const float* restrict x, __global const float* restrict w,
 % if has_bias:
                __global const float* restrict bias,
+% endif
+% if residual:
+               __global const float* restrict res,     // the fused add's other input
 % endif
                __global float* restrict y)
 {
@@ -173,7 +177,12 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
                 continue;
 % endif
             __global float* const yo = y + (n / HW * K + g * KG + m) * HW + n % HW;
+% if residual:
+            // the residual where y is written: the same offset, the same alignment
+            const floatV s = acc[i][j]${" + b" if has_bias else ""} + *(__global const floatV*)(res + (yo - y));
+% else:
             const floatV s = acc[i][j]${" + b" if has_bias else ""};
+% endif
 % if VW > 1:
             *(__global floatV*)yo = (floatV)(${", ".join(capture(c.act, act, alpha, "s" + comp(VW, v)).strip() for v in range(VW))});
 % else:

@@ -1,5 +1,8 @@
 <%namespace name="c" file="_common.mako"/>\
-<% has_bias = attrs["bias"] %>\
+<%
+    has_bias = attrs["bias"]
+    residual = bool(attrs.get("residual"))      # an add fused in (aotconv.variants.residual)
+%>\
 // ${prefix}: direct convolution (${variant})
 //   in ${N}x${C}x${H}x${W} -> out ${N}x${K}x${P}x${Q}, kernel ${KH}x${KW}, stride ${SH}x${SW},
 //   pad top/left ${PT}/${PL}, dilation ${DH}x${DW}, groups ${G}, bias ${"yes" if has_bias else "no"}, act ${attrs["act"]}
@@ -29,6 +32,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void ${prefix}(__global const float* restrict x, __global const float* restrict w,
 % if has_bias:
                __global const float* restrict bias,
+% endif
+% if residual:
+               __global const float* restrict res,     // the fused add's other input
 % endif
                __global float* restrict y)
 {
@@ -67,8 +73,14 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
     }
 % for r in range(KB):
     {
+% if residual:
+        const int o = ((n * K + k0 + ${r}) * P + p) * Q + q;
+        const float s = acc${r}${" + bias[k0 + %d]" % r if has_bias else ""} + res[o];
+        y[o] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+% else:
         const float s = acc${r}${" + bias[k0 + %d]" % r if has_bias else ""};
         y[((n * K + k0 + ${r}) * P + p) * Q + q] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+% endif
     }
 % endfor
 }

@@ -33,6 +33,7 @@ def define(name, value, comment=""):
     # store guards: columns past N, and (split-K) the slices that are not the last to arrive
     skip_n = " || ".join((["n >= NPQ"] if NCHK else []) + (["!last"] if KSPLIT > 1 else []))
     keep_n = " && ".join((["n < NPQ"] if NCHK else []) + (["last"] if KSPLIT > 1 else []))
+    residual = bool(attrs.get("residual"))      # an add fused in (aotconv.variants.residual)
 %>\
 // ${prefix}: convolution as a local-memory implicit GEMM (${variant}, after BEAST)
 //   in ${BATCH}x${C}x${H}x${W} -> out ${BATCH}x${K}x${P}x${Q}, kernel ${R}x${S}, stride ${SH}x${SW},
@@ -270,6 +271,9 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
 % if has_bias:
                __global const float* restrict bias,
 % endif
+% if residual:
+               __global const float* restrict res,     // the fused add's other input
+% endif
                __global float* restrict y${",\n               __global float* restrict part, __global int* restrict sem" if KSPLIT > 1 else ""})
 {
     const int tn = get_local_id(0), tm = get_local_id(1);
@@ -445,7 +449,12 @@ ${indent(capture(multiply, "0"), 8)}\
             if (m >= KG)
                 continue;
 %   endif
+%   if residual:
+            // the residual where y is written: the same offset, the same alignment
+            const floatV s = acc[i][j] + bm[i] + *(__global const floatV*)(res + (yo - y) + m * Y_SC);
+%   else:
             const floatV s = acc[i][j] + bm[i];
+%   endif
             *(__global floatV*)(yo + m * Y_SC) = (floatV)(${", ".join(capture(c.act, attrs["act"], attrs["alpha"], "s" + comp(VW, v)).strip() for v in range(VW))});
         }
     }
@@ -473,7 +482,11 @@ ${indent(capture(multiply, "0"), 8)}\
                     if (m >= KG)
                         continue;
 %     endif
+%     if residual:
+                    const float s = acc[i][j]${comp(VW, v)} + bm[i] + res[(yo - y) + m * Y_SC];
+%     else:
                     const float s = acc[i][j]${comp(VW, v)} + bm[i];
+%     endif
                     yo[m * Y_SC] = ${c.act(attrs["act"], attrs["alpha"], "s")};
                 }
             }

@@ -2,6 +2,7 @@
 <%namespace name="s" file="_sgemm.mako"/>\
 <%
     act_kind, alpha = attrs["act"], attrs["alpha"]
+    residual = bool(attrs.get("residual"))      # an add fused in (aotconv.variants.residual)
     def act(x):
         return capture(c.act, act_kind, alpha, x).strip()
 %>\
@@ -72,6 +73,9 @@ void ${prefix}_gemm(const __global float* restrict wpack, const __global float* 
 % if HAS_BIAS:
                     const __global float* restrict bias,
 % endif
+% if residual:
+                    const __global float* restrict res,     // the fused add's other input
+% endif
                     __global float* restrict y, const int img0)
 {
     const int g = get_group_id(2);
@@ -89,6 +93,17 @@ ${s.mainloop("wpack + g * KP * MP", "col + g * KP * NCP", "MP", "NCP", "KP")}
                 for (int j = 0; j < NVI; ++j) {
                     const int n = COL(j);
                     realN r = acc[i * VWM + v][j] + bm;
+% if residual:
+%   if VEC_STORE:
+                    if (n < NCOLS)
+                        r += *(const __global realN*)(res + (yrow - y) + (n / PQ) * (OUT * PQ) + n % PQ);
+%   else:
+%     for w in range(VWN):
+                    if (n + ${w} < NCOLS)
+                        r${comp(VWN, w)} += res[(yrow - y) + ((n + ${w}) / PQ) * (OUT * PQ) + (n + ${w}) % PQ];
+%     endfor
+%   endif
+% endif
 % for w in range(VWN):
                     r${comp(VWN, w)} = ${act("r" + comp(VWN, w))};
 % endfor
@@ -120,6 +135,9 @@ __kernel void ${prefix}_reduce(const __global float* restrict scratch,
 % if HAS_BIAS:
                                const __global float* restrict bias,
 % endif
+% if residual:
+                               const __global float* restrict res,     // the fused add's other input
+% endif
                                __global float* restrict y, const int img0)
 {
     const int n = get_global_id(0), m = get_global_id(1), g = get_global_id(2);
@@ -130,6 +148,9 @@ __kernel void ${prefix}_reduce(const __global float* restrict scratch,
     #pragma unroll
     for (int sl = 0; sl < KSPLIT; ++sl)
         r += part[sl * MP * NCP];
+% if residual:
+    r += res[((img0 + n / PQ) * OUT + g * OG + m) * PQ + n % PQ];
+% endif
     y[((img0 + n / PQ) * OUT + g * OG + m) * PQ + n % PQ] = ${act("r")};
 }
 % endif

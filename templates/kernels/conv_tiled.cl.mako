@@ -22,6 +22,7 @@ def plus(base, r, k, c=0):
     wmem = "__constant" if WCONST else "__global"
     wt = vtype(KT)
     act, alpha = attrs["act"], attrs["alpha"]
+    residual = bool(attrs.get("residual"))      # an add fused in (aotconv.variants.residual)
 %>\
 // ${prefix}: register-tiled direct convolution (${variant}, after Boda's tconv)
 //   in ${BATCH}x${C}x${H}x${W} -> out ${BATCH}x${K}x${P}x${Q}, kernel ${R}x${S}, stride ${SH}x${SW},
@@ -118,6 +119,9 @@ void ${prefix}(__global const float* restrict x, ${wmem} const float* ${"" if WC
 % if has_bias:
                __global const float* restrict bias,
 % endif
+% if residual:
+               __global const float* restrict res,     // the fused add's other input
+% endif
                __global float* restrict y)
 {
     const int gid = get_global_id(0);
@@ -164,9 +168,16 @@ ${indent(capture(filter_row, "r", any(GUARD_ROW)), 12)}\
         {
 %   endif
             __global float* const yr = y + ((img * K + g * KG + k) * P + p) * Q + q0;
+%   if residual:
+            __global const float* const rr = res + ((img * K + g * KG + k) * P + p) * Q + q0;
+%     for qq in range(QT):
+            const float s${qq} = ${c.act(act, alpha, "acc[%d][%d]%s + %s" % (kt, qq, " + bias[g * KG + k]" if has_bias else "", "(q0 + %d < Q ? rr[%d] : 0.0f)" % (qq, qq) if QCHK else "rr[%d]" % qq))};
+%     endfor
+%   else:
 %   for qq in range(QT):
             const float s${qq} = ${c.act(act, alpha, "acc[%d][%d]%s" % (kt, qq, " + bias[g * KG + k]" if has_bias else ""))};
 %   endfor
+%   endif
 %   if QCHK:
 %     for qq in range(QT):
             if (q0 + ${qq} < Q)
