@@ -25,6 +25,10 @@
 #                records' networks (vgg16 b1 and b16, alexnet b128) tuned over their whole spaces,
 #                then each network built (its conv+pool fusions measured): fresh records after
 #                a change to those variants' classes
+#   tune-resnet50  ResNet-50 batch 1 tuned and built from nothing (AOTCONV_SHIPPED_RECORDS=0;
+#                RESNET_BUDGET, default 4m), against PyTorch eager, CUDA graph and torch.compile
+#   tune-resnet50b32, tune-mobilenet   ResNet-50 batch 32 and MobileNetV2 batch 1 end to end
+#                (RESNET_BUDGET, MOBILENET_BUDGET), on top of the records of the calls before
 #   all          every phase above in turn (with TOTAL_LIMIT=100000, where no 10-minute
 #                limit applies)
 #
@@ -192,6 +196,16 @@ run_phase() {
         e2e)
             bench e2e --sets e2e --e2e "${E2E_NETS:-vgg16:1,vgg16:16,alexnet:128}" \
                 --e2e-budget "${E2E_BUDGET:-20s}" ;;
+        tune-resnet50)   # ResNet-50 batch 1 tuned and built from nothing (no shipped records)
+            AOTCONV_SHIPPED_RECORDS=0 bench tune-resnet50-e2e --sets e2e --e2e resnet50:1 \
+                --e2e-budget "${RESNET_BUDGET:-4m}" --torch-compile "${TORCH_COMPILE:-reduce-overhead}" \
+                --note "resnet50 b1 tuned from nothing: AOTCONV_SHIPPED_RECORDS=0, empty cache" ;;
+        tune-resnet50b32)
+            bench tune-resnet50b32-e2e --sets e2e --e2e resnet50:32 \
+                --e2e-budget "${RESNET_BUDGET:-4m}" --torch-compile "${TORCH_COMPILE:-reduce-overhead}" ;;
+        tune-mobilenet)
+            bench tune-mobilenet-e2e --sets e2e --e2e mobilenet_v2:1 \
+                --e2e-budget "${MOBILENET_BUDGET:-3m}" --torch-compile "${TORCH_COMPILE:-reduce-overhead}" ;;
         retune-direct)
             local spec net batch layers
             for spec in "vgg16 1 pool1,pool2,pool3,pool4,pool5,prob" \
