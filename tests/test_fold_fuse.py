@@ -441,3 +441,48 @@ def test_resnet50_untuned_on_pocl(tmp_path):
     ref = reference.run_network(net0, x, params_mod.split(net0, flat))[0]
     ok, err = close(out, ref)
     assert ok, f"resnet50: max hybrid error {err:.2e}"
+
+
+# -- elementwise chains -----------------------------------------------------------------------
+
+CHAINS = """\
+name: chains
+input: [1, 3, 8, 8]
+layers:
+  - {name: c1, op: conv, out: 8, kernel: 3, pad: 1, bias: false}
+  - {name: b1, op: batchnorm}
+  - {name: r1, op: relu}
+  - {name: c2, op: conv, out: 8, kernel: 3, pad: 1, bias: false}
+  - {name: b2, op: batchnorm}
+  - {name: a2, op: add, inputs: [b2, r1]}
+  - {name: r2, op: leaky_relu, alpha: 0.1}
+  - {name: c3, op: conv, out: 8, kernel: 1}
+  - {name: b3, op: batchnorm, act: relu6}
+  - {name: a3, op: add, inputs: [r2, b3], act: hardswish}
+  - {name: f, op: dense, out: 4, bias: false}
+  - {name: bf, op: batchnorm}
+  - {name: s, op: sigmoid}
+"""
+
+
+def test_elementwise_chains_leave_no_kernel_of_their_own(tmp_path):
+    """An act layer after a batchnorm folded into a conv, and after an add fused into a conv,
+    ends in the conv's epilogue; the same for dense + batchnorm + act: one kernel per conv or
+    dense and nothing else."""
+    from aotconv.choose import choose
+    net0 = load(tmp_path, CHAINS)
+    net = passes.optimise(net0)
+
+    def choose_fn(n, only):
+        return choose(n, POCL, mode="fallback", only=only)
+    net, _, decisions = fusion.apply_residual(net, choose(net, POCL, mode="fallback"), POCL,
+                                              "measure", "fallback", choose_fn)
+    # a3 stays: c3 has an act (b3's relu6), c2 has a2's residual and act
+    assert [(d.conv, d.add, d.fused) for d in decisions] == [("c2", "a2", True)]
+    assert [(l.name, l.op) for l in net.layers] == [("c1", "conv"), ("c2", "conv"),
+                                                   ("c3", "conv"), ("a3", "add"), ("f", "dense")]
+    c1, c2, f = net.layer("c1"), net.layer("c2"), net.layer("f")
+    assert (c1.fused, c1.attrs["act"]) == (["b1", "r1"], "relu")
+    assert (c2.fused, c2.attrs["act"], c2.attrs["alpha"]) == (["b2", "a2", "r2"], "leaky_relu", 0.1)
+    assert c2.inputs == ["c1", "c1"] and c2.attrs["residual"]
+    assert (f.fused, f.attrs["act"]) == (["bf", "s"], "sigmoid")
