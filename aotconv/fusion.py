@@ -30,7 +30,7 @@ own, as above. Under policy "measure" a pair is fused
                                                   lose; otherwise (a tuned conv against the
                                                   fused layer's untuned fallback) not fused
 """
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, replace
 
 from . import passes
 from .errors import AotconvError
@@ -195,6 +195,9 @@ def apply_residual(net, choices, target, policy="measure", mode="tune", choose_f
     if not keep:
         return net, dict(choices), decisions
     out = passes.fuse_residual(net, keep)
+    # a residual that was itself an add fused into its conv is that conv's output now
+    now = {d.add: d.conv for d in decisions if d.fused}
+    decisions = [replace(d, residual=now.get(d.residual, d.residual)) for d in decisions]
     gone = {d.add for d in decisions if d.fused}
     new = {k: v for k, v in choices.items() if k not in gone}
     new.update({c: fused_choices[c] for c in keep})
