@@ -125,7 +125,8 @@ def cmd_build(a):
                           weights=a.weights, seed=a.seed, tune_mode=mode, budget=a.budget,
                           strategy=a.strategy, tuning_db=a.tuning_db,
                           require_tuned=a.require_tuned, check=a.check, quiet=a.quiet,
-                          json_progress=a.json, jobs=a.jobs, input_shapes=a.input_shape)
+                          json_progress=a.json, jobs=a.jobs, input_shapes=a.input_shape,
+                          binaries=not a.no_binaries)
     if res.check_error is not None:
         ok = res.check_error <= 1e-3
         print(f"check against {res.check_reference}: max hybrid error {res.check_error:.2e} "
@@ -201,6 +202,8 @@ def parser():
                    help="run the built library and compare with the float64 numpy reference "
                    "(with onnxruntime, where installed, for an .onnx model)")
     b.add_argument("--jobs", type=int, help="parallel kernel compiles while tuning")
+    b.add_argument("--no-binaries", action="store_true", help="embed no device binaries: "
+                   "create() compiles the OpenCL source (docs/c-api.md)")
     b.add_argument("--quiet", action="store_true", help="no progress output")
     b.add_argument("--json", action="store_true", help="progress as JSON lines on stderr")
     add_farm_options(b)

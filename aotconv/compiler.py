@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from . import params as params_mod
-from . import fusion, layouts, passes, spec
+from . import binaries, fusion, layouts, passes, spec
 from .build import build as ninja_build
 from .choose import choose
 from .context import BuildContext
@@ -29,6 +29,7 @@ class BuildResult:
     profile: list = None     # [(kernel, ms)] median over runs, when the device was present
     check_error: float = None
     check_reference: str = "numpy"   # what --check compared with (onnxruntime for .onnx)
+    programs: object = None  # binaries.ProgramPlan: joined or per layer, binaries embedded
 
 
 def log(msg, quiet=False):
@@ -39,7 +40,7 @@ def log(msg, quiet=False):
 def compile_network(source, target="auto", outdir=None, batch=None, weights=None, seed=0,
                     tune_mode="tune", budget=None, strategy=None, tuning_db=None,
                     require_tuned=False, check=False, measure=True, quiet=False, json_progress=False,
-                    jobs=None, fuse_pool="measure", input_shapes=None):
+                    jobs=None, fuse_pool="measure", input_shapes=None, binaries=True):
     """Build the library of `source` (a net.yaml, a shipped network's name or an .onnx model)
     for `target` into `outdir`; the keywords are `aotconv build`'s options."""
     t0 = time.time()
@@ -52,7 +53,7 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     net = passes.optimise(net0)
     outdir = Path(outdir or Path("build") / net.name)
     job = _Job(net0, flat, seed, check, measure, fuse_pool, imported,
-               reference_ok=imported is not None and not weights)
+               reference_ok=imported is not None and not weights, binaries=binaries)
     # the output directory is checked, locked and marked before any kernel is built;
     # everything is written under od.staging and moved into place at the end (aotconv.outdir)
     with BuildContext.make(tgt, mode=tune_mode, tuning_db=tuning_db, budget=budget,
@@ -81,6 +82,7 @@ class _Job:
     fuse_pool: str
     imported: object = None  # the ONNX import, whose reference --check may use
     reference_ok: bool = False
+    binaries: bool = True    # embed device binaries where the target's device is present
 
 
 def _build_into(od, ctx, net, job, quiet):
@@ -109,12 +111,14 @@ def _build_into(od, ctx, net, job, quiet):
         log(f"aotconv: {sum(d.fused for d in fused)} of {len(fused)} pools and "
             f"{sum(d.fused for d in residual)} of {len(residual)} residual adds fused into "
             f"their conv; {len(sch.conversions)} layout conversions inserted", quiet)
-    emit(sch, ctx.profile, stage, prefix=od.path)
+    plan = binaries.plan(sch.programs, ctx, binaries=job.binaries, log=lambda m: log(m, quiet))
+    log(f"aotconv: programs: {plan.note}", quiet)
+    emit(sch, ctx.profile, stage, prefix=od.path, programs=plan)
     flat = job.flat if job.flat is not None else params_mod.random_params(job.net0, seed=job.seed)
     params_mod.write_bin(stage / f"{c_ident(net.name)}.params.bin", flat)
     ninja_build(stage)
 
-    res = BuildResult(od.path, net, sch, ctx.profile)
+    res = BuildResult(od.path, net, sch, ctx.profile, programs=plan)
     if job.measure and ctx.present:
         ref = job.imported.reference() if job.reference_ok and job.check else None
         res.profile, res.check_error = measure_library(stage, job.net0, flat, job.seed,

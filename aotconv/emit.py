@@ -1,4 +1,5 @@
-"""Write a build directory: kernels/*.cl, <net>.c, <net>.h, build.ninja, <net>.pc, tuning.json.
+"""Write a build directory: kernels/*.cl, <net>.c (with <net>_binaries.h where device binaries
+were built), <net>.h, build.ninja, <net>.pc, <net>Config.cmake, tuning.json.
 
 Only text is produced here; aotconv.build runs ninja and aotconv.report writes report.md.
 """
@@ -93,10 +94,30 @@ def _render(template, **ns):
     return _lookup.get_template(template).render(**ns)
 
 
-def emit(sch, target, outdir, cc=None, prefix=None):
+def memory_of(sch):
+    """{kind: bytes} of the device buffers create() allocates (the header's *_BYTES)."""
+    by = {k: sum(b.bytes for b in sch.buffers if b.kind == kind)
+          for k, kind in (("activation", "act"), ("parameter", "param"), ("variant", "extra"),
+                          ("scratch", "scratch"))}
+    by["device"] = sum(b.bytes for b in sch.buffers)
+    return by
+
+
+def binary_array(blob):
+    """A C array initializer of `blob`'s bytes, 24 to a line."""
+    return ",\n".join(",".join(str(b) for b in blob[i:i + 24]) for i in range(0, len(blob), 24))
+
+
+def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
     """Write every generated text file of `sch` (a Schedule) into `outdir`, a new empty
     directory (aotconv.outdir's staging; nothing is deleted here). `prefix`: the directory the
-    files end up in, for the .pc (default `outdir`)."""
+    files end up in, for the .pc (default `outdir`). `programs`: the binaries.ProgramPlan
+    (default: one program per layer, source only)."""
+    from .binaries import ProgramPlan, join_sections
+    if programs is None:
+        programs = ProgramPlan(False, join_sections([p.source for p in sch.programs],
+                                                    [p.file for p in sch.programs]),
+                               note="built without a program plan: source only")
     net = sch.net
     name = c_ident(net.name)
     check_net_name(name, cc)
@@ -123,11 +144,20 @@ def emit(sch, target, outdir, cc=None, prefix=None):
               input_shape=net.input_shape, input_count=sch.input[1],
               output_count=sch.output_count, outputs_doc=outputs_doc,
               param_count=sch.param_count, kernel_count=len(sch.run_launches), params=params,
-              comment=c_comment)
+              memory=memory_of(sch), programs_doc=programs.note,
+              has_binaries=programs.has_binaries, comment=c_comment)
     (out / f"{name}.h").write_text(_render("c/net.h.mako", **ns))
-    programs = [dict(layer=p.layer, file=p.file, cstring=c_string(p.source)) for p in sch.programs]
+    progs = [dict(layer=p.layer, file=p.file, cstring=c_string(p.source), prologue=pro,
+                  epilogue=epi) for p, (pro, epi) in zip(sch.programs, programs.sections)]
+    binaries_file = f"{name}_binaries.h"
+    blobs = list(programs.blobs) if programs.has_binaries else []
+    if blobs:
+        (out / binaries_file).write_text(_binaries_text(name, blobs, programs))
     (out / f"{name}.c").write_text(_render(
-        "c/net.c.mako", name=name, target=target.name, version=__version__, programs=programs,
+        "c/net.c.mako", name=name, target=target.name, version=__version__, programs=progs,
+        joined=programs.joined, binaries=blobs, binaries_file=binaries_file,
+        binary_device=programs.device or "", binary_driver=programs.driver or "",
+        binary_note=programs.note,
         buffers=sch.buffers, params=sch.params, folds=sch.folds, launches=launches,
         outputs=sch.outputs,
         input=sch.input, output_count=sch.output_count, param_count=sch.param_count,
@@ -142,8 +172,28 @@ def emit(sch, target, outdir, cc=None, prefix=None):
     (out / f"{name}.pc").write_text(_render(
         "c/net.pc.mako", name=name, target=target.name, version=__version__,
         prefix=str(Path(prefix or out).resolve())))
+    (out / f"{name}Config.cmake").write_text(_render(
+        "c/netConfig.cmake.mako", name=name, target=target.name, version=__version__,
+        comment=c_comment))
     write_tuning_json(sch, target, out / "tuning.json")
     return out
+
+
+def _binaries_text(name, blobs, programs):
+    """<net>_binaries.h: the device binaries as byte arrays and their table, included by
+    <net>.c (a separate file keeps <net>.c readable)."""
+    lines = [f"/* {name}_binaries.h: CL_PROGRAM_BINARIES built by aotconv {__version__} on "
+             f"{c_comment(programs.device)} (driver {c_comment(programs.driver)}), "
+             f"{'one program for the network' if programs.joined else 'one per layer'}; "
+             f"included by {name}.c. */", ""]
+    for i, b in enumerate(blobs):
+        if b:
+            lines += [f"static const unsigned char binary_{i}[{len(b)}] = {{",
+                      binary_array(b), "};", ""]
+    lines.append("static const aotrt_binary binaries[] = {")
+    lines += [f"    {{binary_{i}, {len(b)}u}}," if b else "    {0, 0}," for i, b in enumerate(blobs)]
+    lines += ["};", ""]
+    return "\n".join(lines)
 
 
 def write_tuning_json(sch, target, path):

@@ -61,23 +61,64 @@ def write_report(res, path):
             f"| {fl / 1e6:.2f} | {c.variant} | {c.cfg} | {c.source} "
             f"| {'%.4f' % ms if ms is not None else '-'} | {'%.1f' % gf if gf else '-'} "
             f"| {'%.1f' % pk if pk else '-'} | {_stats(c)} |")
-    def size(b):
-        return f"{b / 2 ** 20:.2f} MiB" if b >= 2 ** 20 else f"{b / 1024:.1f} KiB"
-    param_bytes = 4 * sch.param_count
-    lines += ["", "## Memory", "",
-              f"- activations: {size(sch.act_bytes)} in "
-              f"{sum(1 for b in sch.buffers if b.kind == 'act')} buffers reused by liveness "
-              f"(one buffer per tensor would take {size(sch.naive_act_bytes)})",
-              f"- parameters: {size(param_bytes)} ({sch.param_count} floats)",
-              f"- variant-owned buffers (packed weights): "
-              f"{size(sum(b.bytes for b in sch.buffers if b.kind == 'extra'))}",
-              f"- shared scratch: {size(sch.scratch_bytes)}",
-              f"- kernels per run: {len(sch.run_launches)}, in set_params: "
-              f"{len(sch.launches) - len(sch.run_launches)}", ""]
+    lines += _memory(sch, res)
+    lines += _programs(res)
     lines += _fusion_and_layouts(sch)
     lines += _figures(res, path)
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+STAGE_BYTES, STAGE_SLOTS = 1 << 20, 4     # runtime_c/aotconv_rt.h: run()'s staging ring
+
+
+def _size(b):
+    if b >= 2 ** 20:
+        return f"{b / 2 ** 20:.2f} MiB"
+    return f"{b / 1024:.1f} KiB" if b >= 1024 else f"{b} B"
+
+
+def staging_bytes(sch, chunk=STAGE_BYTES):
+    """The pinned host memory of run()'s staging ring (runtime_c/rt_run.c aotrt_stage_setup)."""
+    most = 4 * max(sch.input[1], sch.output_count)
+    if not most or chunk < 0:
+        return 0
+    slot = min(chunk, most)
+    return slot * min(STAGE_SLOTS, -(-most // slot))
+
+
+def _memory(sch, res):
+    """The device memory create() allocates (the header's *_BYTES, the C memory() call) and
+    the pinned host memory."""
+    from .emit import memory_of
+    m = memory_of(sch)
+    acts = sum(1 for b in sch.buffers if b.kind == "act")
+    io = 4 * (sch.input[1] + sch.output_count)
+    return ["", "## Memory", "",
+            "Device memory that create() allocates (the header's `AOTCONV_<NET>_*_BYTES`, "
+            "`aotconv_<net>_memory()` at run time):", "",
+            "| what | bytes | |", "|---|---|---|",
+            f"| activations | {m['activation']} | {_size(m['activation'])} in {acts} buffers "
+            f"reused by liveness (one buffer per tensor: {_size(sch.naive_act_bytes)}) |",
+            f"| parameters | {m['parameter']} | {_size(m['parameter'])} as the kernels read "
+            f"them (the user's array: {sch.param_count} floats, {_size(4 * sch.param_count)}) |",
+            f"| variant-owned | {m['variant']} | {_size(m['variant'])} (packed or transformed "
+            f"weights) |",
+            f"| scratch | {m['scratch']} | {_size(m['scratch'])}, shared by all layers |",
+            f"| **device total** | **{m['device']}** | **{_size(m['device'])}** |", "",
+            f"Pinned host memory: run()'s staging ring {_size(staging_bytes(sch))} (made by "
+            f"create; `options.stage_bytes` < 0: none), and {_size(io)} for one input and "
+            f"one output once `host_buffers()` is called.", "",
+            f"Kernels per run: {len(sch.run_launches)}, in set_params: "
+            f"{len(sch.launches) - len(sch.run_launches)}.", ""]
+
+
+def _programs(res):
+    plan = res.programs
+    if plan is None:
+        return []
+    return ["## Programs", "",
+            f"{len(res.schedule.programs)} kernel files; {plan.note}.", ""]
 
 
 def _figures(res, path):

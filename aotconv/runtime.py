@@ -8,10 +8,24 @@ import numpy as np
 from .errors import AotconvError
 
 _CDEF = """
+typedef struct _cl_context *cl_context;
+typedef struct _cl_device_id *cl_device_id;
+typedef struct _cl_command_queue *cl_command_queue;
+typedef struct _cl_mem *cl_mem;
 typedef struct aotconv_{n} aotconv_{n};
-typedef struct {{ int platform_index; int device_index; const char *device_name; int profile; }}
-    aotconv_{n}_options;
+typedef struct {{ int platform_index; int device_index; const char *device_name; int profile;
+                  int source_only; long stage_bytes; }} aotconv_{n}_options;
+typedef struct {{ size_t activation_bytes, parameter_bytes, variant_bytes, scratch_bytes,
+                  device_bytes, pinned_bytes; }} aotconv_{n}_memory_info;
 int aotconv_{n}_create(aotconv_{n} **out, const aotconv_{n}_options *opts);
+int aotconv_{n}_create_with_queue(aotconv_{n} **out, cl_context context, cl_device_id device,
+                                  cl_command_queue queue, const aotconv_{n}_options *opts);
+int aotconv_{n}_run_async(aotconv_{n} *net, const float *input, size_t input_count,
+                          float *output, size_t output_count);
+int aotconv_{n}_run_buffers(aotconv_{n} *net, cl_mem input, cl_mem output);
+int aotconv_{n}_wait(aotconv_{n} *net);
+int aotconv_{n}_program_source(const aotconv_{n} *net, const char **why);
+int aotconv_{n}_memory(const aotconv_{n} *net, aotconv_{n}_memory_info *info);
 int aotconv_{n}_set_params(aotconv_{n} *net, const float *params, size_t count);
 int aotconv_{n}_load_params(aotconv_{n} *net, const char *path);
 int aotconv_{n}_run(aotconv_{n} *net, const float *input, size_t input_count,
@@ -31,9 +45,15 @@ class LibraryError(AotconvError):
 
 
 class Network:
-    """A built network: `net(x)` runs the library on a float32 NCHW array and returns the output."""
+    """A built network: `net(x)` runs the library on a float32 NCHW array and returns the output.
 
-    def __init__(self, directory, device_name=None, profile=True, params=True):
+    `queue`: a pyopencl CommandQueue to create the handle on (create_with_queue); then
+    run_buffers() takes pyopencl Buffers of its context. `source_only`: compile the embedded
+    source even where a device binary is embedded. `stage_bytes`: run()'s staging chunk (0:
+    the default, < 0: no staging)."""
+
+    def __init__(self, directory, device_name=None, profile=True, params=True, queue=None,
+                 source_only=False, stage_bytes=0):
         from cffi import FFI
         d = Path(directory)
         if not (d / "tuning.json").is_file():
@@ -57,10 +77,18 @@ class Network:
         self._f = lambda s: getattr(self.lib, f"aotconv_{n}_{s}")
         opts = ffi.new(f"aotconv_{n}_options *")
         opts.platform_index, opts.device_index, opts.profile = -1, -1, int(profile)
+        opts.source_only, opts.stage_bytes = int(source_only), int(stage_bytes)
         self._name_keep = ffi.new("char[]", device_name.encode()) if device_name else ffi.NULL
         opts.device_name = self._name_keep
         h = ffi.new(f"aotconv_{n} **")
-        self._check(self._f("create")(h, opts), None)
+        self.handle, self._pending = None, None
+        if queue is None:
+            self._check(self._f("create")(h, opts), None)
+        else:
+            cast = lambda t, o: ffi.cast(t, o.int_ptr)
+            self._check(self._f("create_with_queue")(
+                h, cast("cl_context", queue.context), cast("cl_device_id", queue.device),
+                cast("cl_command_queue", queue), opts), None)
         self.handle = h[0]
         self.kernel_names = []
         i = 0
@@ -91,16 +119,63 @@ class Network:
 
     def __call__(self, x):
         x = np.ascontiguousarray(x, np.float32)
-        total = sum(int(np.prod(s)) for s in self.output_shapes)
-        out = np.empty(total, np.float32)
+        out = self._empty_output()
         self._check(self._f("run")(self.handle, self.ffi.from_buffer("float[]", x), x.size,
                                    self.ffi.from_buffer("float[]", out), out.size))
+        self._pending = None      # run() ends every run before it
+        return self._split(out)
+
+    def _empty_output(self):
+        return np.empty(sum(int(np.prod(s)) for s in self.output_shapes), np.float32)
+
+    def _split(self, out):
         outs, off = [], 0
         for s in self.output_shapes:
             c = int(np.prod(s))
             outs.append(out[off:off + c].reshape(s))
             off += c
         return outs[0] if len(outs) == 1 else outs
+
+    def run_async(self, x):
+        """Enqueue a run of `x` (C run_async) and return; wait() gives the output. The input
+        and the output array are kept alive here until then."""
+        x = np.ascontiguousarray(x, np.float32)
+        out = self._empty_output()
+        self._check(self._f("run_async")(self.handle, self.ffi.from_buffer("float[]", x), x.size,
+                                         self.ffi.from_buffer("float[]", out), out.size))
+        self._pending = (x, out)
+        return None
+
+    def wait(self):
+        """Block until the run in flight has ended (C wait); the output of run_async, if that
+        was the run, else None."""
+        self._check(self._f("wait")(self.handle))
+        pending, self._pending = self._pending, None
+        return self._split(pending[1]) if pending else None
+
+    def run_buffers(self, inp, out):
+        """Enqueue a run from and into pyopencl Buffers of the handle's context (C
+        run_buffers); wait() or the queue orders what follows."""
+        cast = lambda o: self.ffi.NULL if o is None else self.ffi.cast("cl_mem", o.int_ptr)
+        self._pending = None
+        self._check(self._f("run_buffers")(self.handle, cast(inp), cast(out)))
+
+    def program_source(self):
+        """(from_binary, why): whether create() made every program from the embedded device
+        binaries, and the library's own words on it."""
+        why = self.ffi.new("const char **")
+        rc = self._f("program_source")(self.handle, why)
+        if rc < 0:
+            self._check(rc)
+        return rc == 1, self.ffi.string(why[0]).decode()
+
+    def memory(self):
+        """The C memory() as a dict of bytes."""
+        info = self.ffi.new(f"aotconv_{self.name}_memory_info *")
+        self._check(self._f("memory")(self.handle, info))
+        return {k: int(getattr(info, k)) for k in (
+            "activation_bytes", "parameter_bytes", "variant_bytes", "scratch_bytes",
+            "device_bytes", "pinned_bytes")}
 
     def host_buffers(self):
         """(input, output): numpy arrays over the library's pinned host memory (C
@@ -133,8 +208,9 @@ class Network:
     def close(self):
         self._host = None
         if getattr(self, "handle", None) is not None:
-            self._f("destroy")(self.handle)
+            self._f("destroy")(self.handle)     # waits for a run in flight
             self.handle = None
+        self._pending = None
 
     def __del__(self):
         try:

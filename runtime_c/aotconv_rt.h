@@ -26,18 +26,29 @@
 #define AOTRT_SYM(name) AOTRT_CAT(AOTRT_NS, name)
 
 #define aotrt_create AOTRT_SYM(create)
+#define aotrt_create_with_queue AOTRT_SYM(create_with_queue)
 #define aotrt_set_params AOTRT_SYM(set_params)
 #define aotrt_load_params AOTRT_SYM(load_params)
 #define aotrt_run AOTRT_SYM(run)
+#define aotrt_run_async AOTRT_SYM(run_async)
+#define aotrt_run_buffers AOTRT_SYM(run_buffers)
+#define aotrt_wait AOTRT_SYM(wait)
 #define aotrt_profile AOTRT_SYM(profile)
 #define aotrt_host_buffers AOTRT_SYM(host_buffers)
+#define aotrt_program_source AOTRT_SYM(program_source)
+#define aotrt_memory AOTRT_SYM(memory)
 #define aotrt_last_error AOTRT_SYM(last_error)
 #define aotrt_destroy AOTRT_SYM(destroy)
 #define aotrt_cl_error_name AOTRT_SYM(cl_error_name)
 #define aotrt_set_error AOTRT_SYM(set_error)
 #define aotrt_pick_device AOTRT_SYM(pick_device)
+#define aotrt_device_accepted AOTRT_SYM(device_accepted)
+#define aotrt_device_label AOTRT_SYM(device_label)
 #define aotrt_match AOTRT_SYM(match)
 #define aotrt_global_error AOTRT_SYM(global_error)
+#define aotrt_build_programs AOTRT_SYM(build_programs)
+#define aotrt_enqueue AOTRT_SYM(enqueue)
+#define aotrt_stage_setup AOTRT_SYM(stage_setup)
 
 /* Error codes, the same for every emitted library (documented in the generated header). */
 enum {
@@ -58,7 +69,15 @@ enum { AOTRT_PHASE_SETUP, AOTRT_PHASE_RUN };
 typedef struct {
     const char *layer;        /* the layer whose kernels it holds, for messages */
     const char *source;       /* embedded OpenCL C (the same text as kernels/<layer>.cl) */
+    const char *prologue;     /* in the joined program: before the source (helper renames) */
+    const char *epilogue;     /* after it (#undef of its macros and renames) */
 } aotrt_program;
+
+/* A device binary (CL_PROGRAM_BINARIES) built at build time, embedded beside the source. */
+typedef struct {
+    const unsigned char *data;
+    size_t size;              /* 0: none; that program is compiled from its source */
+} aotrt_binary;
 
 typedef struct {
     const char *name;
@@ -129,6 +148,12 @@ typedef struct {
     const char *build_options;
     int nprograms;
     const aotrt_program *programs;
+    int joined;                   /* 1: the programs are made as one (verified at build time) */
+    int nbinaries;                /* 0, 1 (joined) or nprograms */
+    const aotrt_binary *binaries;
+    const char *binary_device;    /* CL_DEVICE_NAME the binaries were built on */
+    const char *binary_driver;    /* and its CL_DRIVER_VERSION */
+    const char *binary_note;      /* what the build embedded, or why no binaries */
     int nbuffers;
     const aotrt_buffer *buffers;
     int nparams;
@@ -150,32 +175,64 @@ typedef struct {
     int device_index;
     const char *device_name;  /* substring of "vendor platform device" to match, or NULL */
     int profile;              /* keep per-kernel events for profile(); default on */
+    int source_only;          /* 1: compile the embedded source even where a binary is there */
+    long stage_bytes;         /* run()'s staging chunk: 0 default, < 0 no staging */
 } aotrt_options;
+
+/* run()'s staging: pageable input and output go through a ring of pinned chunks, so that the
+ * memcpy of one chunk overlaps the DMA of the one before (docs/design-choices.md). */
+#define AOTRT_STAGE_BYTES (1L << 20)
+#define AOTRT_STAGE_SLOTS 4
+
+typedef struct {
+    size_t activation_bytes, parameter_bytes, variant_bytes, scratch_bytes, device_bytes;
+    size_t pinned_bytes;
+} aotrt_memory_info;
 
 typedef struct aotrt_net {
     const aotrt_desc *desc;
-    cl_context ctx;
+    cl_context ctx;           /* the handle's own, or the application's (retained) */
     cl_command_queue queue;
     cl_device_id device;
-    cl_program *programs;
+    int app_queue;            /* created on the application's context and queue */
+    cl_program *programs;     /* nprograms slots; only [0] when joined */
+    int joined;               /* the programs were made as one */
+    int from_binary, from_source;
+    char program_why[640];    /* how the programs were made (program_source) */
+    int profile_requested;
     cl_kernel *kernels;       /* one per launch */
     cl_mem *buffers;
     cl_event *events;         /* one per run launch, from the last run */
     int profile;
     int params_set;
-    int ran;
+    int ran;                  /* a run completed: profile() may read its events */
+    int pending;              /* run_async / run_buffers enqueued, not yet waited for */
+    cl_event done;            /* the last command of the run in flight */
     cl_mem host_mem[2];       /* pinned host memory for one input and one output, on request */
     float *host_ptr[2];       /* their mappings, valid until destroy */
+    size_t stage_bytes;       /* bytes per staging slot; 0: run() does not stage */
+    int stage_slots;
+    cl_mem stage_mem;         /* the staging ring: stage_slots x stage_bytes, pinned, mapped */
+    unsigned char *stage_ptr;
     char error[2048];
 } aotrt_net;
 
 int aotrt_create(const aotrt_desc *d, aotrt_net **out, const aotrt_options *opts);
+int aotrt_create_with_queue(const aotrt_desc *d, aotrt_net **out, cl_context context,
+                            cl_device_id device, cl_command_queue queue,
+                            const aotrt_options *opts);
 int aotrt_set_params(aotrt_net *n, const float *params, size_t count);
 int aotrt_load_params(aotrt_net *n, const char *path);
 int aotrt_run(aotrt_net *n, const float *input, size_t input_count, float *output,
               size_t output_count);
+int aotrt_run_async(aotrt_net *n, const float *input, size_t input_count, float *output,
+                    size_t output_count);
+int aotrt_run_buffers(aotrt_net *n, cl_mem input, cl_mem output);
+int aotrt_wait(aotrt_net *n);
 int aotrt_profile(aotrt_net *n, double *ms, size_t count);
 int aotrt_host_buffers(aotrt_net *n, float **input, float **output);
+int aotrt_program_source(const aotrt_net *n, const char **why);
+int aotrt_memory(const aotrt_net *n, aotrt_memory_info *info);
 const char *aotrt_last_error(const aotrt_net *n);
 void aotrt_destroy(aotrt_net *n);
 
@@ -184,6 +241,12 @@ const char *aotrt_cl_error_name(cl_int err);
 int aotrt_set_error(aotrt_net *n, int code, const char *fmt, ...);
 int aotrt_match(const char *pattern, const char *text);
 int aotrt_pick_device(aotrt_net *n, const aotrt_desc *d, const aotrt_options *o);
+int aotrt_device_accepted(aotrt_net *n, const aotrt_desc *d, const aotrt_options *o,
+                          cl_device_id device);
+void aotrt_device_label(cl_device_id device, char *buf, size_t size);
 char *aotrt_global_error(void);
+int aotrt_build_programs(aotrt_net *n, const aotrt_options *o);
+int aotrt_enqueue(aotrt_net *n, int launch, cl_event *ev);
+int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o);
 
 #endif

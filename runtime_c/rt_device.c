@@ -81,6 +81,74 @@ int aotrt_match(const char *pattern, const char *text)
 #define MAXP 16
 #define MAXD 16
 
+/* The user's override: options.device_name, else AOTCONV_DEVICE (empty means unset). */
+static const char *wanted(const aotrt_options *o)
+{
+    const char *want = o && o->device_name ? o->device_name : getenv("AOTCONV_DEVICE");
+    return want && *want ? want : NULL;
+}
+
+/* "platform-vendor platform-name device-vendor" of `dev`, and its name. */
+static void describe(cl_platform_id plat, cl_device_id dev, char *vend, size_t vsize,
+                     char *dname, size_t dsize)
+{
+    char pvendor[256] = "", pname[256] = "", dvendor[256] = "";
+    clGetPlatformInfo(plat, CL_PLATFORM_VENDOR, sizeof pvendor, pvendor, NULL);
+    clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname, pname, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof dvendor, dvendor, NULL);
+    dname[0] = '\0';
+    clGetDeviceInfo(dev, CL_DEVICE_NAME, dsize, dname, NULL);
+    dname[dsize - 1] = '\0';
+    snprintf(vend, vsize, "%s %s %s", pvendor, pname, dvendor);
+}
+
+/* Does the device described by (vend, dname) serve the target, or the user's override? */
+static int accepted(const aotrt_desc *d, const char *want, const char *vend, const char *dname)
+{
+    if (want) {
+        char all[1100];
+        snprintf(all, sizeof all, "%s %s", vend, dname);
+        return aotrt_contains(all, want);
+    }
+    return aotrt_match(d->vendor_pattern, vend) && aotrt_match(d->device_pattern, dname);
+}
+
+void aotrt_device_label(cl_device_id device, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (clGetDeviceInfo(device, CL_DEVICE_NAME, size, buf, NULL) != CL_SUCCESS)
+        snprintf(buf, size, "?");
+    buf[size - 1] = '\0';
+}
+
+/* An application's device (create_with_queue): the target's, or the override's. */
+int aotrt_device_accepted(aotrt_net *n, const aotrt_desc *d, const aotrt_options *o,
+                          cl_device_id device)
+{
+    cl_platform_id plat = NULL;
+    cl_int err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL);
+    if (err != CL_SUCCESS)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
+                               "%s_create_with_queue: device is not an OpenCL device "
+                               "(clGetDeviceInfo: %s)", d->net, aotrt_cl_error_name(err));
+    char vend[800], dname[256];
+    describe(plat, device, vend, sizeof vend, dname, sizeof dname);
+    const char *want = wanted(o);
+    if (accepted(d, want, vend, dname))
+        return AOTRT_OK;
+    if (want)
+        return aotrt_set_error(n, AOTRT_ERR_NO_DEVICE,
+                               "%s_create_with_queue: the device '%s' does not match '%s' (from "
+                               "%s)", d->net, dname, want,
+                               o && o->device_name ? "options.device_name" : "AOTCONV_DEVICE");
+    return aotrt_set_error(n, AOTRT_ERR_NO_DEVICE,
+                           "%s_create_with_queue: the device '%s' is not target '%s' (vendor "
+                           "'%s', device '%s') that the kernels were built for; set "
+                           "options.device_name or AOTCONV_DEVICE to a part of its name to run "
+                           "there anyway", d->net, dname, d->target, d->vendor_pattern,
+                           d->device_pattern);
+}
+
 int aotrt_pick_device(aotrt_net *n, const aotrt_desc *d, const aotrt_options *o)
 {
     cl_platform_id plats[MAXP];
@@ -91,16 +159,11 @@ int aotrt_pick_device(aotrt_net *n, const aotrt_desc *d, const aotrt_options *o)
                                "%s: no OpenCL platform found (clGetPlatformIDs: %s); install an "
                                "OpenCL driver for target '%s'", d->net, aotrt_cl_error_name(err),
                                d->target);
-    const char *want = o && o->device_name ? o->device_name : getenv("AOTCONV_DEVICE");
-    if (want && !*want)
-        want = NULL;
+    const char *want = wanted(o);
     char seen[1024] = "";
     for (cl_uint pi = 0; pi < np && pi < MAXP; ++pi) {
         if (o && o->platform_index >= 0 && (cl_uint)o->platform_index != pi)
             continue;
-        char pvendor[256] = "", pname[256] = "";
-        clGetPlatformInfo(plats[pi], CL_PLATFORM_VENDOR, sizeof pvendor, pvendor, NULL);
-        clGetPlatformInfo(plats[pi], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
         cl_device_id devs[MAXD];
         cl_uint nd = 0;
         if (clGetDeviceIDs(plats[pi], CL_DEVICE_TYPE_ALL, MAXD, devs, &nd) != CL_SUCCESS)
@@ -108,23 +171,16 @@ int aotrt_pick_device(aotrt_net *n, const aotrt_desc *d, const aotrt_options *o)
         for (cl_uint di = 0; di < nd && di < MAXD; ++di) {
             if (o && o->device_index >= 0 && (cl_uint)o->device_index != di)
                 continue;
-            char dvendor[256] = "", dname[256] = "", vend[800];
-            clGetDeviceInfo(devs[di], CL_DEVICE_VENDOR, sizeof dvendor, dvendor, NULL);
-            clGetDeviceInfo(devs[di], CL_DEVICE_NAME, sizeof dname, dname, NULL);
-            snprintf(vend, sizeof vend, "%s %s %s", pvendor, pname, dvendor);
+            char vend[800], dname[256];
+            describe(plats[pi], devs[di], vend, sizeof vend, dname, sizeof dname);
             size_t len = strlen(seen);
             if (len + 4 < sizeof seen)
                 snprintf(seen + len, sizeof seen - len, "%s[%u.%u] %s", len ? "; " : "", pi, di, dname);
             int ok;
-            if (want) {
-                char all[1100];
-                snprintf(all, sizeof all, "%s %s", vend, dname);
-                ok = aotrt_contains(all, want);
-            } else if (o && (o->platform_index >= 0 || o->device_index >= 0)) {
+            if (!want && o && (o->platform_index >= 0 || o->device_index >= 0))
                 ok = 1;  /* chosen by index */
-            } else {
-                ok = aotrt_match(d->vendor_pattern, vend) && aotrt_match(d->device_pattern, dname);
-            }
+            else
+                ok = accepted(d, want, vend, dname);
             if (ok) {
                 n->device = devs[di];
                 return AOTRT_OK;

@@ -17,31 +17,11 @@
                                    (int)e_);                                                 \
     } while (0)
 
-static int build_program(aotrt_net *n, int i)
-{
-    const aotrt_desc *d = n->desc;
-    const aotrt_program *p = &d->programs[i];
-    cl_int err;
-    size_t len = strlen(p->source);
-    n->programs[i] = clCreateProgramWithSource(n->ctx, 1, &p->source, &len, &err);
-    CHECK(n, err, "clCreateProgramWithSource", p->layer);
-    err = clBuildProgram(n->programs[i], 1, &n->device, d->build_options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        char log[1536] = "";
-        clGetProgramBuildInfo(n->programs[i], n->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1,
-                              log, NULL);
-        return aotrt_set_error(n, AOTRT_ERR_BUILD,
-                               "%s: layer '%s': clBuildProgram failed: %s (%d); build log:\n%s",
-                               d->net, p->layer, aotrt_cl_error_name(err), (int)err, log);
-    }
-    return AOTRT_OK;
-}
-
 static int make_kernel(aotrt_net *n, int i)
 {
     const aotrt_launch *l = &n->desc->launches[i];
     cl_int err;
-    n->kernels[i] = clCreateKernel(n->programs[l->program], l->kernel, &err);
+    n->kernels[i] = clCreateKernel(n->programs[n->joined ? 0 : l->program], l->kernel, &err);
     if (err != CL_SUCCESS)
         return aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s: layer '%s': clCreateKernel(%s) failed: %s",
                                n->desc->net, l->layer, l->kernel, aotrt_cl_error_name(err));
@@ -61,25 +41,15 @@ static int make_kernel(aotrt_net *n, int i)
     return AOTRT_OK;
 }
 
+/* Everything of a handle once its context, queue and device are set: buffers, programs,
+ * kernels with their arguments, run()'s staging ring. */
 static int setup(aotrt_net *n, const aotrt_options *o)
 {
     const aotrt_desc *d = n->desc;
-    int rc = aotrt_pick_device(n, d, o);
-    if (rc)
-        return rc;
     cl_int err;
-    n->ctx = clCreateContext(NULL, 1, &n->device, NULL, NULL, &err);
-    CHECK(n, err, "clCreateContext", "-");
-    cl_command_queue_properties props = n->profile ? CL_QUEUE_PROFILING_ENABLE : 0;
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-    n->queue = clCreateCommandQueue(n->ctx, n->device, props, &err);
-#pragma GCC diagnostic pop
-    CHECK(n, err, "clCreateCommandQueue", "-");
-
-    n->programs = calloc(d->nprograms, sizeof(cl_program));
-    n->kernels = calloc(d->nlaunches, sizeof(cl_kernel));
-    n->buffers = calloc(d->nbuffers, sizeof(cl_mem));
+    n->programs = calloc(d->nprograms ? d->nprograms : 1, sizeof(cl_program));
+    n->kernels = calloc(d->nlaunches ? d->nlaunches : 1, sizeof(cl_kernel));
+    n->buffers = calloc(d->nbuffers ? d->nbuffers : 1, sizeof(cl_mem));
     n->events = calloc(d->nrun ? d->nrun : 1, sizeof(cl_event));
     if (!n->programs || !n->kernels || !n->buffers || !n->events)
         return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
@@ -91,13 +61,32 @@ static int setup(aotrt_net *n, const aotrt_options *o)
                                    "%s: clCreateBuffer(%s, %zu bytes) failed: %s", d->net,
                                    d->buffers[i].name, d->buffers[i].bytes, aotrt_cl_error_name(err));
     }
-    for (int i = 0; i < d->nprograms; ++i)
-        if ((rc = build_program(n, i)))
-            return rc;
+    int rc = aotrt_build_programs(n, o);
+    if (rc)
+        return rc;
     for (int i = 0; i < d->nlaunches; ++i)
         if ((rc = make_kernel(n, i)))
             return rc;
-    return AOTRT_OK;
+    return aotrt_stage_setup(n, o);
+}
+
+static aotrt_net *new_handle(const aotrt_desc *d, const aotrt_options *o)
+{
+    aotrt_net *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->desc = d;
+    n->profile_requested = o ? o->profile : 1;
+    n->profile = n->profile_requested;
+    return n;
+}
+
+/* A failed create: the message moves to the thread's, the partial handle is released. */
+static int failed(aotrt_net *n, int rc)
+{
+    aotrt_set_error(NULL, rc, "%s", n->error);
+    aotrt_destroy(n);
+    return rc;
 }
 
 int aotrt_create(const aotrt_desc *d, aotrt_net **out, const aotrt_options *o)
@@ -105,31 +94,90 @@ int aotrt_create(const aotrt_desc *d, aotrt_net **out, const aotrt_options *o)
     if (!out)
         return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s_create: out is NULL", d->net);
     *out = NULL;
-    aotrt_net *n = calloc(1, sizeof *n);
+    aotrt_net *n = new_handle(d, o);
     if (!n)
         return aotrt_set_error(NULL, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
-    n->desc = d;
-    n->profile = o ? o->profile : 1;
-    int rc = setup(n, o);
-    if (rc) {
-        aotrt_set_error(NULL, rc, "%s", n->error);
-        aotrt_destroy(n);
-        return rc;
+    int rc = aotrt_pick_device(n, d, o);
+    if (rc)
+        return failed(n, rc);
+    cl_int err;
+    n->ctx = clCreateContext(NULL, 1, &n->device, NULL, NULL, &err);
+    if (err != CL_SUCCESS) {
+        n->ctx = NULL;
+        return failed(n, aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s: clCreateContext failed: %s",
+                                         d->net, aotrt_cl_error_name(err)));
     }
+    cl_command_queue_properties props = n->profile ? CL_QUEUE_PROFILING_ENABLE : 0;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    n->queue = clCreateCommandQueue(n->ctx, n->device, props, &err);
+#pragma GCC diagnostic pop
+    if (err != CL_SUCCESS) {
+        n->queue = NULL;
+        return failed(n, aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s: clCreateCommandQueue failed: "
+                                         "%s", d->net, aotrt_cl_error_name(err)));
+    }
+    if ((rc = setup(n, o)))
+        return failed(n, rc);
     *out = n;
     return AOTRT_OK;
 }
 
-static int enqueue(aotrt_net *n, int i, cl_event *ev)
+/* The application's context, device and in-order queue; each retained here and released by
+ * destroy, so the application may release its own references whenever it likes. */
+int aotrt_create_with_queue(const aotrt_desc *d, aotrt_net **out, cl_context context,
+                            cl_device_id device, cl_command_queue queue, const aotrt_options *o)
 {
-    const aotrt_launch *l = &n->desc->launches[i];
-    int has_local = l->local[0] != 0;
-    cl_int err = clEnqueueNDRangeKernel(n->queue, n->kernels[i], l->dims, NULL, l->global,
-                                        has_local ? l->local : NULL, 0, NULL, ev);
+    if (!out)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s_create_with_queue: out is NULL",
+                               d->net);
+    *out = NULL;
+    if (!context || !device || !queue)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s_create_with_queue: %s is NULL",
+                               d->net, !context ? "context" : !device ? "device" : "queue");
+    cl_context qctx = NULL;
+    cl_device_id qdev = NULL;
+    cl_command_queue_properties props = 0;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
     if (err != CL_SUCCESS)
-        return aotrt_set_error(n, AOTRT_ERR_OPENCL,
-                               "%s: layer '%s': clEnqueueNDRangeKernel(%s) failed: %s (%d)",
-                               n->desc->net, l->layer, l->kernel, aotrt_cl_error_name(err), (int)err);
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s_create_with_queue: queue is not a "
+                               "command queue (clGetCommandQueueInfo: %s)", d->net,
+                               aotrt_cl_error_name(err));
+    if (qctx != context)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s_create_with_queue: queue belongs "
+                               "to another context than context", d->net);
+    if (qdev != device) {
+        char qname[256], dname[256];
+        aotrt_device_label(qdev, qname, sizeof qname);
+        aotrt_device_label(device, dname, sizeof dname);
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s_create_with_queue: queue is on "
+                               "device '%s', not on device '%s'", d->net, qname, dname);
+    }
+    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s_create_with_queue: queue is "
+                               "out-of-order; the network's kernels need an in-order queue",
+                               d->net);
+    aotrt_net *n = new_handle(d, o);
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    int rc = aotrt_device_accepted(n, d, o, device);
+    if (rc)
+        return failed(n, rc);
+    clRetainContext(context);
+    n->ctx = context;
+    clRetainCommandQueue(queue);
+    n->queue = queue;
+    clRetainDevice(device);
+    n->device = device;
+    n->app_queue = 1;
+    n->profile = n->profile_requested && (props & CL_QUEUE_PROFILING_ENABLE);
+    if ((rc = setup(n, o)))
+        return failed(n, rc);
+    *out = n;
     return AOTRT_OK;
 }
 
@@ -232,7 +280,7 @@ int aotrt_set_params(aotrt_net *n, const float *params, size_t count)
     for (int i = 0; i < d->nlaunches; ++i) {
         if (d->launches[i].phase != AOTRT_PHASE_SETUP)
             continue;
-        int rc = enqueue(n, i, NULL);
+        int rc = aotrt_enqueue(n, i, NULL);
         if (rc)
             return rc;
     }
@@ -293,61 +341,6 @@ int aotrt_load_params(aotrt_net *n, const char *path)
     return rc;
 }
 
-int aotrt_run(aotrt_net *n, const float *input, size_t input_count, float *output,
-              size_t output_count)
-{
-    if (!n)
-        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run: net is NULL");
-    const aotrt_desc *d = n->desc;
-    if (!input || !output)
-        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_run: %s is NULL", d->net,
-                               input ? "output" : "input");
-    if (input_count != d->input.count)
-        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
-                               "%s_run: input has %zu floats, expected %zu", d->net,
-                               input_count, d->input.count);
-    if (output_count != d->output_count)
-        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
-                               "%s_run: output has room for %zu floats, expected %zu", d->net,
-                               output_count, d->output_count);
-    if (!n->params_set)
-        return aotrt_set_error(n, AOTRT_ERR_STATE,
-                               "%s_run: parameters are not set; call set_params or load_params "
-                               "first", d->net);
-    if (n->profile)
-        for (int i = 0; i < d->nrun; ++i)
-            if (n->events[i]) {
-                clReleaseEvent(n->events[i]);
-                n->events[i] = NULL;
-            }
-    n->ran = 0;
-    CHECK(n, clEnqueueWriteBuffer(n->queue, n->buffers[d->input.buffer], CL_FALSE, 0,
-                                  input_count * sizeof(float), input, 0, NULL, NULL),
-          "clEnqueueWriteBuffer", "input");
-    int r = 0;
-    for (int i = 0; i < d->nlaunches; ++i) {
-        if (d->launches[i].phase != AOTRT_PHASE_RUN)
-            continue;
-        int rc = enqueue(n, i, n->profile ? &n->events[r] : NULL);
-        if (rc) {
-            clFinish(n->queue);
-            return rc;
-        }
-        ++r;
-    }
-    size_t off = 0;
-    for (int o = 0; o < d->noutputs; ++o) {
-        const aotrt_io *io = &d->outputs[o];
-        cl_bool last = o + 1 == d->noutputs;
-        CHECK(n, clEnqueueReadBuffer(n->queue, n->buffers[io->buffer], last, 0,
-                                     io->count * sizeof(float), output + off, 0, NULL, NULL),
-              "clEnqueueReadBuffer", "output");
-        off += io->count;
-    }
-    n->ran = 1;
-    return AOTRT_OK;
-}
-
 int aotrt_profile(aotrt_net *n, double *ms, size_t count)
 {
     if (!n)
@@ -360,8 +353,12 @@ int aotrt_profile(aotrt_net *n, double *ms, size_t count)
                                "%s_profile: room for %zu entries, the network runs %d kernels",
                                d->net, count, d->nrun);
     if (!n->profile)
-        return aotrt_set_error(n, AOTRT_ERR_STATE,
-                               "%s_profile: created with profiling off", d->net);
+        return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_profile: %s", d->net,
+                               n->profile_requested ? "the application's queue was created "
+                               "without CL_QUEUE_PROFILING_ENABLE" : "created with profiling off");
+    if (n->pending)
+        return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_profile: the last run is still in "
+                               "flight; call wait first", d->net);
     if (!n->ran)
         return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_profile: no completed run yet", d->net);
     int r = 0;
@@ -375,6 +372,34 @@ int aotrt_profile(aotrt_net *n, double *ms, size_t count)
               "clGetEventProfilingInfo", d->launches[i].layer);
         ms[r++] = (double)(t1 - t0) * 1e-6;
     }
+    return AOTRT_OK;
+}
+
+/* The device memory the handle allocated, by kind, and the pinned host memory it holds now. */
+int aotrt_memory(const aotrt_net *n, aotrt_memory_info *info)
+{
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "memory: net is NULL");
+    const aotrt_desc *d = n->desc;
+    if (!info)
+        return aotrt_set_error((aotrt_net *)n, AOTRT_ERR_ARGUMENT, "%s_memory: info is NULL",
+                               d->net);
+    memset(info, 0, sizeof *info);
+    for (int i = 0; i < d->nbuffers; ++i) {
+        size_t b = d->buffers[i].bytes;
+        switch (d->buffers[i].kind) {
+        case AOTRT_BUF_ACT: info->activation_bytes += b; break;
+        case AOTRT_BUF_PARAM: info->parameter_bytes += b; break;
+        case AOTRT_BUF_EXTRA: info->variant_bytes += b; break;
+        default: info->scratch_bytes += b; break;
+        }
+        info->device_bytes += b;
+    }
+    if (n->host_ptr[0])
+        info->pinned_bytes += d->input.count * sizeof(float);
+    if (n->host_ptr[1])
+        info->pinned_bytes += d->output_count * sizeof(float);
+    info->pinned_bytes += (size_t)n->stage_slots * n->stage_bytes;
     return AOTRT_OK;
 }
 
@@ -439,11 +464,17 @@ void aotrt_destroy(aotrt_net *n)
     for (int i = 0; i < 2; ++i)
         if (n->host_ptr[i])
             clEnqueueUnmapMemObject(n->queue, n->host_mem[i], n->host_ptr[i], 0, NULL, NULL);
+    if (n->stage_ptr)
+        clEnqueueUnmapMemObject(n->queue, n->stage_mem, n->stage_ptr, 0, NULL, NULL);
     if (n->queue)
-        clFinish(n->queue);
+        clFinish(n->queue);    /* a run in flight ends before its buffers go */
+    if (n->done)
+        clReleaseEvent(n->done);
     for (int i = 0; i < 2; ++i)
         if (n->host_mem[i])
             clReleaseMemObject(n->host_mem[i]);
+    if (n->stage_mem)
+        clReleaseMemObject(n->stage_mem);
     if (n->events)
         for (int i = 0; i < d->nrun; ++i)
             if (n->events[i])
@@ -462,6 +493,8 @@ void aotrt_destroy(aotrt_net *n)
                 clReleaseMemObject(n->buffers[i]);
     if (n->queue)
         clReleaseCommandQueue(n->queue);
+    if (n->app_queue && n->device)
+        clReleaseDevice(n->device);
     if (n->ctx)
         clReleaseContext(n->ctx);
     free(n->events);

@@ -9,7 +9,7 @@ rule cc
   depfile = $out.d
   description = CC $out
 rule so
-  command = $cc -shared -o $out $in $ldflags
+  command = $cc -shared -Wl,-soname,$soname -o $out $in $ldflags
   description = LINK $out
 rule ar
   command = rm -f $out && ar crs $out $in
@@ -19,5 +19,6 @@ rule ar
 build ${p("obj/" + obj)}: cc ${p(src)}
 % endfor
 build ${p("lib" + name + ".so")}: so ${" ".join(p("obj/" + o) for _, o in objects)}
+  soname = ${p("lib" + name + ".so")}
 build ${p("lib" + name + ".a")}: ar ${" ".join(p("obj/" + o) for _, o in objects)}
 default ${p("lib" + name + ".so")} ${p("lib" + name + ".a")}

@@ -1,0 +1,164 @@
+"""How the emitted library makes its OpenCL programs: one joined program or one per layer, and
+the device binaries (CL_PROGRAM_BINARIES) built here, at build time, to embed beside the source.
+
+create() compiling every program from source costs seconds on a cold driver cache (PoCL:
+LLVM; NVIDIA: the front end before ptxas), and each program costs its own driver call. So:
+
+- The layers' sources are joined into one program per network where that is verified: each
+  section is wrapped so that it cannot see or clash with another (its top-level helpers are
+  renamed by a #define before it, every macro it defines and every rename is #undef'd after
+  it), and the joined program is built on the target device here. Where it does not build,
+  or the device is absent, the programs stay one per layer, as they always compile.
+- Where the target's device is present, the programs (the joined one, or each layer's) are
+  built on it and their binaries embedded with the device's name and driver version. create()
+  uses a binary only on a device of that name and driver version, falls back to the embedded
+  source when the driver rejects it, and says which it did (aotconv_<net>_program_source).
+
+A build for an absent target embeds source only and says so; `aotconv build --no-binaries`
+embeds none. The runtime side is runtime_c/rt_program.c.
+"""
+from dataclasses import dataclass
+import re
+
+from .harness import BUILD_OPTIONS
+
+
+@dataclass(frozen=True)
+class ProgramPlan:
+    joined: bool              # one program of every layer's section (verified on the device)
+    sections: tuple           # ((prologue, epilogue), ...) per layer program
+    blobs: tuple = ()         # binaries: one when joined, else one per program (None: none)
+    device: str = None        # CL_DEVICE_NAME of the device they were built on
+    driver: str = None        # its CL_DRIVER_VERSION
+    note: str = ""            # one line: what the library embeds, or why no binaries
+
+    @property
+    def binary_bytes(self):
+        return sum(len(b) for b in self.blobs if b)
+
+    @property
+    def has_binaries(self):
+        return any(self.blobs)
+
+
+# -- joining ---------------------------------------------------------------------------------
+
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_DIRECTIVE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.M)
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
+_CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_KERNEL = re.compile(r"\b(?:__kernel|kernel)\b")
+_NOT_NAMES = {"__attribute__", "__attribute"}
+
+
+def top_level_names(source):
+    """The names a program source defines at file scope other than its kernels: helper
+    functions (`inline float leaky(...) {...}`) and global constants (`__constant float t[] =
+    {...};`). Preprocessor lines and comments are skipped; braces are counted."""
+    text = _DIRECTIVE.sub("", _COMMENTS.sub(" ", source))
+    names, depth, stmt, initializer = [], 0, "", False
+    for ch in text:
+        if depth:
+            depth += {"{": 1, "}": -1}.get(ch, 0)
+            continue
+        if ch == "{":
+            head = stmt.split("=")[0]
+            if "=" in stmt:                       # a global's initializer
+                initializer = True
+                name = _IDENT.findall(head.split("[")[0])
+                names += name[-1:]
+            elif "(" in stmt and not _KERNEL.search(stmt):
+                names += [n for n in _CALLED.findall(stmt) if n not in _NOT_NAMES][:1]
+            depth, stmt = 1, ""
+        elif ch == ";":
+            if stmt.strip() and not initializer and not _KERNEL.search(stmt):
+                if "(" in stmt and "=" not in stmt:   # a prototype
+                    names += [n for n in _CALLED.findall(stmt) if n not in _NOT_NAMES][:1]
+                else:                                 # a global without a braced initializer
+                    name = _IDENT.findall(stmt.split("=")[0].split("[")[0])
+                    names += name[-1:]
+            stmt, initializer = "", False
+        else:
+            stmt += ch
+    return list(dict.fromkeys(names))
+
+
+def join_sections(sources, stems):
+    """((prologue, epilogue), ...): the text around each source in the joined program. The
+    prologue renames the source's top-level helpers to <name>__<stem> (stems are the unique
+    kernel-file names); the epilogue #undefs them and every macro the source defines, so the
+    next section starts from a clean preprocessor state."""
+    out = []
+    for src, stem in zip(sources, stems):
+        helpers = top_level_names(src)
+        macros = list(dict.fromkeys(_DEFINE.findall(src)))
+        pro = "".join(f"#define {h} {h}__{stem}\n" for h in helpers)
+        epi = "".join(f"#undef {m}\n" for m in list(dict.fromkeys(macros + helpers)))
+        out.append((f"\n/* ---- {stem} ---- */\n" + pro, "\n" + epi))
+    return tuple(out)
+
+
+def joined_source(sources, sections):
+    """The joined program's text, as create() hands it to the driver (one string per piece)."""
+    return "".join(pro + src + epi for src, (pro, epi) in zip(sources, sections))
+
+
+# -- building on the device ------------------------------------------------------------------
+
+def plan(programs, ctx, binaries=True, log=None):
+    """The ProgramPlan of `programs` (schedule.Program) for the build context `ctx`."""
+    import pyopencl as cl
+    log = log or (lambda msg: None)
+    sources = [p.source for p in programs]
+    sections = join_sections(sources, [p.file for p in programs])
+    name = ctx.profile.name
+    if not ctx.present:
+        return ProgramPlan(False, sections, note=(
+            f"the {name} device was not present at build time: the library embeds OpenCL "
+            f"source only, one program per layer, compiled by create()"))
+    device = ctx.found[1]
+    cctx = cl.Context([device])
+    dev_name, driver = device.name.strip(), device.driver_version.strip()
+
+    def build(text):
+        try:
+            return cl.Program(cctx, text).build(options=list(BUILD_OPTIONS)), None
+        except cl.Error as e:
+            return None, str(e).strip().splitlines()[0] if str(e).strip() else "failed"
+
+    joined, why = (build(joined_source(sources, sections)) if len(sources) > 1
+                   else (None, "a single program"))
+    if joined is not None:
+        blobs = (_binary(joined),) if binaries else ()
+        how = "one program for the network"
+    else:
+        if len(sources) > 1:
+            log(f"aotconv: the joined program does not build on {dev_name} ({why}): one "
+                f"program per layer")
+        blobs = []
+        if binaries:
+            for p, src in zip(programs, sources):
+                prog, err = build(src)
+                if prog is None:
+                    log(f"aotconv: warning: layer '{p.layer}': its program does not build on "
+                        f"{dev_name} ({err}); its source alone is embedded")
+                blobs.append(_binary(prog) if prog is not None else None)
+        blobs = tuple(blobs)
+        how = f"{len(sources)} program{'s' if len(sources) != 1 else ''}, one per layer"
+    if not binaries:
+        note = f"{how}; device binaries off (--no-binaries): source only, compiled by create()"
+    elif not any(blobs):
+        note = f"{how}; no program built on {dev_name}: source only"
+    else:
+        size = sum(len(b) for b in blobs if b)
+        note = (f"{how}, with {'its' if joined is not None else 'their'} device binar"
+                f"{'y' if joined is not None else 'ies'} ({size / 1024:.0f} KiB) for {dev_name} "
+                f"(driver {driver}) beside the source")
+    return ProgramPlan(joined is not None, sections, blobs, dev_name, driver, note)
+
+
+def _binary(program):
+    import pyopencl as cl
+    data = program.get_info(cl.program_info.BINARIES)[0]
+    return bytes(data) if data else None

@@ -1,0 +1,202 @@
+/* Programs: from the embedded device binaries where they fit this device, else from the
+ * embedded OpenCL C; joined into one program where the build verified that (aotconv/binaries.py).
+ *
+ * A binary is tried only on a device of the name and driver version it was built on; one the
+ * driver rejects (clCreateProgramWithBinary or clBuildProgram fails) is released and that
+ * program is compiled from its source. A joined program that fails to compile from source is
+ * compiled again one program per layer, so the error names the layer. n->program_why says
+ * which path was taken, for program_source().
+ */
+#include "aotconv_rt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOGMAX 1536
+
+static void trim(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+}
+
+/* Why the embedded binaries do not apply to this device, or "" when they do. */
+static void binaries_apply(aotrt_net *n, const aotrt_options *o, char *why, size_t size)
+{
+    const aotrt_desc *d = n->desc;
+    why[0] = '\0';
+    if (!d->nbinaries) {
+        snprintf(why, size, "the library embeds no device binaries: %s", d->binary_note);
+        return;
+    }
+    if (o && o->source_only) {
+        snprintf(why, size, "options.source_only is set");
+        return;
+    }
+    char name[256] = "", driver[256] = "";
+    clGetDeviceInfo(n->device, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+    clGetDeviceInfo(n->device, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
+    trim(name);
+    trim(driver);
+    if (strcmp(name, d->binary_device) != 0 || strcmp(driver, d->binary_driver) != 0)
+        snprintf(why, size, "the embedded binaries were built for '%s' (driver %s), this device "
+                 "is '%s' (driver %s)", d->binary_device, d->binary_driver, name, driver);
+}
+
+/* Program slot i from binary b; 0 on success, else the reason in `why`. */
+static int from_binary(aotrt_net *n, int i, const aotrt_binary *b, char *why, size_t size)
+{
+    const aotrt_desc *d = n->desc;
+    const char *what = n->joined ? "the network's program" : d->programs[i].layer;
+    cl_int status = CL_SUCCESS, err;
+    const unsigned char *data = b->data;
+    size_t len = b->size;
+    cl_program p = clCreateProgramWithBinary(n->ctx, 1, &n->device, &len, &data, &status, &err);
+    if (err != CL_SUCCESS || status != CL_SUCCESS) {
+        if (p)
+            clReleaseProgram(p);
+        snprintf(why, size, "the driver rejected the embedded binary of %s: "
+                 "clCreateProgramWithBinary: %s", what,
+                 aotrt_cl_error_name(err != CL_SUCCESS ? err : status));
+        return -1;
+    }
+    err = clBuildProgram(p, 1, &n->device, d->build_options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        clReleaseProgram(p);
+        snprintf(why, size, "the driver rejected the embedded binary of %s: clBuildProgram: %s",
+                 what, aotrt_cl_error_name(err));
+        return -1;
+    }
+    n->programs[i] = p;
+    return 0;
+}
+
+/* Program slot i from `count` source strings; an AOTRT error code (the build log in the
+ * message) naming `layer`. */
+static int from_source(aotrt_net *n, int i, cl_uint count, const char **strings,
+                       const char *layer)
+{
+    const aotrt_desc *d = n->desc;
+    cl_int err;
+    cl_program p = clCreateProgramWithSource(n->ctx, count, strings, NULL, &err);
+    if (err != CL_SUCCESS)
+        return aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s: layer '%s': clCreateProgramWithSource "
+                               "failed: %s (%d)", d->net, layer, aotrt_cl_error_name(err),
+                               (int)err);
+    err = clBuildProgram(p, 1, &n->device, d->build_options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char log[LOGMAX] = "";
+        clGetProgramBuildInfo(p, n->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        clReleaseProgram(p);
+        return aotrt_set_error(n, AOTRT_ERR_BUILD,
+                               "%s: layer '%s': clBuildProgram failed: %s (%d); build log:\n%s",
+                               d->net, layer, aotrt_cl_error_name(err), (int)err, log);
+    }
+    n->programs[i] = p;
+    return AOTRT_OK;
+}
+
+static int per_layer_sources(aotrt_net *n)
+{
+    const aotrt_desc *d = n->desc;
+    for (int i = 0; i < d->nprograms; ++i) {
+        if (n->programs[i])
+            continue;
+        const char *src = d->programs[i].source;
+        int rc = from_source(n, i, 1, &src, d->programs[i].layer);
+        if (rc)
+            return rc;
+        ++n->from_source;
+    }
+    return AOTRT_OK;
+}
+
+/* The joined program from source: prologue, source, epilogue of every layer. */
+static int joined_source(aotrt_net *n)
+{
+    const aotrt_desc *d = n->desc;
+    const char **parts = malloc(3 * (size_t)d->nprograms * sizeof *parts);
+    if (!parts)
+        return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    for (int i = 0; i < d->nprograms; ++i) {
+        parts[3 * i] = d->programs[i].prologue ? d->programs[i].prologue : "";
+        parts[3 * i + 1] = d->programs[i].source;
+        parts[3 * i + 2] = d->programs[i].epilogue ? d->programs[i].epilogue : "";
+    }
+    int rc = from_source(n, 0, 3 * (cl_uint)d->nprograms, parts, "(all layers, joined)");
+    free(parts);
+    return rc;
+}
+
+int aotrt_build_programs(aotrt_net *n, const aotrt_options *o)
+{
+    const aotrt_desc *d = n->desc;
+    char why[512], rejected[512] = "";
+    binaries_apply(n, o, why, sizeof why);
+    int use = why[0] == '\0';
+    int nrejected = 0;
+    n->joined = d->joined && d->nprograms > 0;
+    if (n->joined) {
+        if (use && d->binaries[0].size && from_binary(n, 0, &d->binaries[0], rejected,
+                                                       sizeof rejected) == 0) {
+            n->from_binary = 1;
+        } else {
+            nrejected += use && d->binaries[0].size;
+            if (joined_source(n) == AOTRT_OK) {
+                n->from_source = 1;
+            } else {
+                /* compile layer by layer: the error then names the layer that fails */
+                n->joined = 0;
+                int rc = per_layer_sources(n);
+                if (rc)
+                    return rc;
+            }
+        }
+    } else {
+        for (int i = 0; i < d->nprograms; ++i) {
+            const aotrt_binary *b = i < d->nbinaries ? &d->binaries[i] : NULL;
+            if (use && b && b->size) {
+                char r[512];
+                if (from_binary(n, i, b, r, sizeof r) == 0) {
+                    ++n->from_binary;
+                    continue;
+                }
+                if (!nrejected++)
+                    snprintf(rejected, sizeof rejected, "%s", r);
+            }
+        }
+        int rc = per_layer_sources(n);
+        if (rc)
+            return rc;
+    }
+    n->error[0] = '\0';   /* a joined build that failed before the per-layer one leaves none */
+    if (!n->from_source)
+        snprintf(n->program_why, sizeof n->program_why,
+                 "from the embedded device binar%s for '%s' (driver %s)",
+                 n->from_binary == 1 ? "y" : "ies", d->binary_device, d->binary_driver);
+    else if (nrejected && !n->from_binary)
+        snprintf(n->program_why, sizeof n->program_why, "from source: %s%s", rejected,
+                 nrejected > 1 ? " (and the other layers')" : "");
+    else if (nrejected)
+        snprintf(n->program_why, sizeof n->program_why, "%d of %d programs from source: %s%s",
+                 n->from_source, n->from_source + n->from_binary, rejected,
+                 nrejected > 1 ? " (and others)" : "");
+    else if (use)
+        snprintf(n->program_why, sizeof n->program_why,
+                 "from source: the build embedded no binary for %s",
+                 n->from_binary ? "some layers" : "these programs");
+    else
+        snprintf(n->program_why, sizeof n->program_why, "from source: %s", why);
+    return AOTRT_OK;
+}
+
+int aotrt_program_source(const aotrt_net *n, const char **why)
+{
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "program_source: net is NULL");
+    if (why)
+        *why = n->program_why;
+    return n->from_source == 0 && n->from_binary > 0 ? 1 : 0;
+}
