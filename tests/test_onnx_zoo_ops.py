@@ -216,6 +216,56 @@ def test_split_along_height_is_rejected(tmp_path):
     assert p.node == "split" and "only along the channels" in p.message
 
 
+@pytest.mark.parametrize("split,pos,want", [
+    (np.array(3, np.int64), 1, (3, 6)),                   # chunks of 3
+    (np.array(2, np.int64), -1, (4, 6)),
+    (np.array([3, 3], np.int64), 0, (0, 3)),
+    (None, 4, (4, 5)),                                    # pieces of one channel, kept
+])
+def test_sequence_at_of_a_channel_split_to_sequence_is_channel_slice(tmp_path, split, pos, want):
+    """What the dynamo exporter writes for x.chunk(2, dim=1) before its optimiser runs."""
+    inits = {"pos": np.array(pos, np.int64)}
+    ins = ["x"]
+    if split is not None:
+        inits["split"], ins = split, ["x", "split"]
+    m = model([node("SplitToSequence", ins, ["seq"], axis=1),
+               node("SequenceAt", ["seq", "pos"], ["piece"], name="at"),
+               node("Relu", ["piece"])], [2, 6, 3, 2], inits=inits, opset=18)
+    im = imp(tmp_path, m)
+    assert layers(im) == [{"op": "channel_slice", "start": want[0], "end": want[1]},
+                          {"op": "relu"}]
+    assert im.origins[im.description["layers"][0]["name"]] == ["at", "SplitToSequence_0"]
+
+
+def test_uneven_split_to_sequence_is_rejected(tmp_path):
+    # ONNX's shape inference leaves the pieces of an uneven split without a static shape
+    m = model([node("SplitToSequence", ["x", "split"], ["seq"], axis=1),
+               node("SequenceAt", ["seq", "pos"], ["piece"], name="at"), node("Relu", ["piece"])],
+              [2, 7, 3, 2], inits={"pos": np.array(0, np.int64),
+                                   "split": np.array([2, 5], np.int64)}, opset=18)
+    assert "at" in {p.node for p in rejected(tmp_path, m).problems}
+
+
+def test_split_to_sequence_along_height_is_rejected(tmp_path):
+    m = model([node("SplitToSequence", ["x"], ["seq"], axis=2),
+               node("SequenceAt", ["seq", "pos"], ["piece"], name="at"), node("Relu", ["piece"])],
+              [2, 7, 3, 2], inits={"pos": np.array(0, np.int64)}, opset=18)
+    assert "at" in {p.node for p in rejected(tmp_path, m).problems}
+
+
+def test_castlike_of_a_constant_to_the_input_type_folds(tmp_path):
+    """The dynamo exporter's zero conv bias before its optimiser: Expand(CastLike(0, x),
+    Shape(W)[0:1])."""
+    m = model([node("Shape", ["w"], ["n"], start=0, end=1),
+               node("CastLike", ["zero", "x"], ["z"]), node("Expand", ["z", "n"], ["b"]),
+               node("Conv", ["x", "w", "b"], pads=[1, 1, 1, 1])], [1, 3, 5, 5],
+              inits={"w": rand(4, 3, 3, 3), "zero": np.array(0.0, np.float64)}, opset=18)
+    im = imp(tmp_path, m)
+    assert layers(im) == [{"op": "conv", "out": 4, "kernel": 3, "pad": 1}]
+    bias = im.tensors[im.description["layers"][0]["name"] + ".bias"]
+    assert bias.dtype == np.float32 and not bias.any() and bias.shape == (4,)
+
+
 @pytest.mark.parametrize("starts,ends,axes,want", [
     ([2], [5], [1], (2, 5)),
     ([-4], [2**62], [1], (6, 10)),                        # negative start, end past the end

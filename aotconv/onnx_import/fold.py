@@ -4,8 +4,8 @@ onnx's own shape inference (strict, with data propagation) gives every run-time 
 static shape; then every node whose inputs are all constants is evaluated once with onnx's
 reference evaluator, and Shape/Size of a tensor with a static shape become constants. The
 shape sub-graphs exporters emit (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) and
-generated weights (ConstantOfShape, Transpose of an initializer ...) so disappear; what is
-left computes on the input.
+generated weights (ConstantOfShape, Transpose of an initializer, CastLike of a constant to the
+input's type ...) so disappear; what is left computes on the input.
 """
 import numpy as np
 
@@ -81,25 +81,35 @@ def _fold(n, graph, meta):
             return [np.array(int(np.prod(dims, dtype=np.int64)), np.int64)]
         start, end = n.attr("start", 0), n.attr("end", None)
         return [np.array(dims[start:end] if end is not None else dims[start:], np.int64)]
+    like = n.input(1)
+    if n.op == "CastLike" and x in graph.consts and like and like not in graph.consts \
+            and graph.dtypes.get(like):
+        # CastLike reads only the element type of its second input (the exporters cast
+        # constants to the input's type this way): evaluated with an empty tensor of that type
+        from onnx import helper
+        dtype = helper.tensor_dtype_to_np_dtype(graph.dtypes[like])
+        return _evaluate(n, graph, meta, {like: np.zeros(0, dtype)})
     ins = [t for t in n.inputs if t]
     if not all(t in graph.consts for t in ins):
         return None
     return _evaluate(n, graph, meta)
 
 
-def _evaluate(n, graph, meta):
-    """Outputs of `n` on its constant inputs (onnx.reference), or None if it cannot run."""
+def _evaluate(n, graph, meta, stand_ins=None):
+    """Outputs of `n` on its constant inputs (onnx.reference), or None if it cannot run;
+    `stand_ins` {tensor: array} gives inputs of which only the type matters."""
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
+    values = dict(graph.consts, **(stand_ins or {}))
     names = [t for t in n.inputs if t]
     inputs = [helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(
-        np.asarray(graph.consts[t]).dtype), np.asarray(graph.consts[t]).shape)
+        np.asarray(values[t]).dtype), np.asarray(values[t]).shape)
         for t in dict.fromkeys(names)]
     outputs = [helper.make_empty_tensor_value_info(t) for t in n.outputs if t]
     g = helper.make_graph([ir.node_proto(n)], "fold", inputs, outputs)
     model = helper.make_model(g, ir_version=meta.ir_version, opset_imports=meta.opset_imports)
     try:
-        got = ReferenceEvaluator(model).run(None, {t: graph.consts[t] for t in names})
+        got = ReferenceEvaluator(model).run(None, {t: values[t] for t in names})
     except Exception:
         return None                       # left in the graph: mapping reports the node
     it = iter(got)

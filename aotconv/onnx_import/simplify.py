@@ -13,7 +13,7 @@
   maps: Reshape [N, C, H, W] -> [N, G, C/G, H, W], Transpose (0, 2, 1, 3, 4), Reshape back
   (ShuffleNet's channel shuffle) is ChannelShuffle(groups=G); a Split along the channels is
   one ChannelSlice(start, end) per output, and so is a Slice of the channels alone with step
-  1; Mul(x, Sigmoid(x)) is Silu.
+  1, and so is a SequenceAt of a SplitToSequence of the channels; Mul(x, Sigmoid(x)) is Silu.
 
 A node these rules do not fit is left as it is, and mapping reports it.
 """
@@ -32,6 +32,7 @@ def run(g):
     gemm_forms(g)
     channel_shuffles(g)
     channel_slices(g)
+    sequence_slices(g)
     silu(g)
     remove_identities(g)
     prune_dead(g)
@@ -383,6 +384,61 @@ def channel_slices(g):
         for m in new:
             m.seen = {0: n.seen.get(0, x)}
         g.nodes[i:i + 1] = new
+
+
+def _sequence_piece(g, at):
+    """(x, start, end) where SequenceAt node `at` takes one piece of a SplitToSequence of x's
+    channels (constant split, constant position); else None."""
+    sp = g.producers().get(at.input(0))
+    pos = g.const(at.input(1))
+    if sp is None or sp.op != "SplitToSequence" or not _std(sp) or pos is None \
+            or np.size(pos) != 1:
+        return None
+    x, shape = sp.input(0), g.view(sp, 0)
+    if x is None or g.is_const(x) or shape is None or not 2 <= len(shape) <= 4 \
+            or int(sp.attr("axis", 0)) % len(shape) != 1:
+        return None
+    c = shape[1]
+    split = g.const(sp.input(1)) if sp.input(1) else None
+    if sp.input(1) and split is None:
+        return None
+    if split is None:
+        if not int(sp.attr("keepdims", 1)):          # pieces of one channel, axis dropped
+            return None
+        sizes = [1] * c
+    elif np.ndim(split) == 0:
+        k = int(split)
+        if k < 1:
+            return None
+        sizes = [k] * (c // k) + ([c % k] if c % k else [])
+    else:
+        sizes = [int(v) for v in np.asarray(split).reshape(-1)]
+    if sum(sizes) != c or any(v < 1 for v in sizes):
+        return None
+    i = int(np.asarray(pos).reshape(-1)[0])
+    i = i + len(sizes) if i < 0 else i
+    if not 0 <= i < len(sizes):
+        return None
+    start = sum(sizes[:i])
+    y = at.outputs[0] if at.outputs else None
+    if not y or g.shapes.get(y) != tuple(shape[:1]) + (sizes[i],) + tuple(shape[2:]):
+        return None
+    return sp, x, start, start + sizes[i]
+
+
+def sequence_slices(g):
+    """SequenceAt(SplitToSequence(x) of the channels, constant position) is a ChannelSlice
+    (the dynamo exporter's x.chunk before its optimiser); the sequence, once nothing reads it,
+    is dropped as dead."""
+    for at in [n for n in g.nodes if n.op == "SequenceAt" and _std(n)]:
+        got = _sequence_piece(g, at)
+        if got is None:
+            continue
+        sp, x, start, end = got
+        node = _internal("ChannelSlice", at, [x], at.outputs, {"start": start, "end": end},
+                         [sp.name])
+        node.seen = {0: sp.seen.get(0, x)}
+        g.nodes[g.nodes.index(at)] = node
 
 
 def silu(g):

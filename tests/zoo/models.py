@@ -10,7 +10,11 @@ from pathlib import Path
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
           "squeezenet1_1", "googlenet", "shufflenet_v2_x1_0", "vgg16", "alexnet")
-EXPORTERS = ("dynamo", "torchscript")
+# dynamo: torch.onnx.export(dynamo=True), as users call it (its optimiser folds every
+# BatchNormalization into the conv before it); torchscript: dynamo=False (which folds them too);
+# dynamo-raw: dynamo=True, optimize=False, which keeps the BatchNormalization nodes, so that
+# aotconv's own batchnorm folding meets the randomised statistics
+EXPORTERS = ("dynamo", "torchscript", "dynamo-raw")
 INPUT_SHAPE = (1, 3, 224, 224)
 OPSET = 18
 
@@ -37,8 +41,7 @@ def model(name, seed=0):
 
 
 def export(name, exporter, out_dir, seed=0):
-    """Path of `name` exported by `exporter` ("dynamo": torch.onnx.export(dynamo=True),
-    "torchscript": dynamo=False), written once and reused."""
+    """Path of `name` exported by `exporter` (EXPORTERS), written once and reused."""
     import torch
     import torchvision
     tag = f"torch{torch.__version__}-tv{torchvision.__version__}".replace("+", "_")
@@ -50,10 +53,11 @@ def export(name, exporter, out_dir, seed=0):
     x = torch.randn(*INPUT_SHAPE, generator=torch.Generator().manual_seed(seed))
     tmp = path.with_suffix(".tmp.onnx")
     with torch.no_grad():
-        if exporter == "dynamo":
+        if exporter in ("dynamo", "dynamo-raw"):
             prog = torch.onnx.export(m, (x,), dynamo=True, opset_version=OPSET,
                                      input_names=["input"], output_names=["logits"],
-                                     external_data=False, verbose=False)
+                                     external_data=False, verbose=False,
+                                     optimize=exporter == "dynamo")
             prog.save(str(tmp))
         else:
             torch.onnx.export(m, (x,), str(tmp), dynamo=False, opset_version=OPSET,
