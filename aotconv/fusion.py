@@ -167,6 +167,30 @@ def decide_residual(pairs, choices, fused_choices, policy, declined=None):
     return out
 
 
+def _carried(fused_net, triples, takers, choices, fused_choices, target):
+    """{conv: Choice} where the fused layer's own search found nothing faster than the conv
+    plus the add (a small share of a budget may measure no more than a fallback), but the
+    conv's chosen kernel takes the fused layer as it is: that kernel with the add's read in its
+    epilogue, which decide_residual fuses as one kernel and one write and read fewer."""
+    from .choose import Choice
+    from .space import point_ok
+    from .variants import BY_NAME
+    layers = {l.name: l for l in fused_net.layers}
+    out = {}
+    for conv, add, _ in triples:
+        a, f = choices.get(conv), fused_choices.get(conv)
+        if conv not in takers or a is None or conv not in layers:
+            continue
+        if f is not None and (f.variant, f.cfg) == (a.variant, a.cfg):
+            continue
+        t = [getattr(x, "time_ms", None) for x in (a, choices.get(add), f)]
+        if None not in t and t[2] < t[0] + t[1]:
+            continue            # the search's own fused kernel wins, measured
+        if point_ok(layers[conv], BY_NAME[a.variant], a.cfg, target):
+            out[conv] = Choice(a.variant, a.cfg, None, a.source, a.stats)
+    return out
+
+
 def apply_residual(net, choices, target, policy="measure", mode="tune", choose_fn=None):
     """(net, choices, [ResidualDecision]): `net` with the residual adds worth fusing fused into
     the conv before them, and its choices (`choose_fn` as for `apply`)."""
@@ -189,7 +213,10 @@ def apply_residual(net, choices, target, policy="measure", mode="tune", choose_f
             takers.append(conv)
     fused_choices = {}
     if takers and policy != "never":
-        fused_choices = choose_fn(passes.fuse_residual(net, takers), takers)
+        all_fused = passes.fuse_residual(net, takers)
+        fused_choices = choose_fn(all_fused, takers)
+        fused_choices.update(_carried(all_fused, triples, takers, choices, fused_choices,
+                                      target))
     decisions = decide_residual(triples, choices, fused_choices, policy, declined)
     keep = [d.conv for d in decisions if d.fused]
     if not keep:

@@ -487,3 +487,31 @@ def test_elementwise_chains_leave_no_kernel_of_their_own(tmp_path):
     assert (c2.fused, c2.attrs["act"], c2.attrs["alpha"]) == (["b2", "a2", "r2"], "leaky_relu", 0.1)
     assert c2.inputs == ["c1", "c1"] and c2.attrs["residual"]
     assert (f.fused, f.attrs["act"]) == (["bf", "s"], "sigmoid")
+
+
+def test_a_tuned_conv_carries_its_kernel_into_the_fused_layer():
+    """A fused layer whose own search measured only a slow fallback (a small share of a time
+    budget) runs the conv's chosen kernel with the add in its epilogue, where that kernel
+    takes the fused layer; a kernel that does not take it is not carried."""
+    net = passes.optimise(spec.network_from_dict({
+        "name": "carry", "input": [1, 8, 6, 6],
+        "layers": [{"name": "c", "op": "conv", "out": 8, "kernel": 3, "pad": 1},
+                   {"name": "a", "op": "add", "inputs": ["c", "input"], "act": "relu"}]}))
+    tuned = {"c": Choice("conv_direct", Config.of(WG=64, KB=2), 1.0, "tuned"),
+             "a": Choice("add_direct", Config.of(WG=64, VEC=1), 0.3, "tuned")}
+    slow = Choice("conv_tiled", Config.of(KT=4), 2.0, "tuned")
+    out, ch, dec = fusion.apply_residual(net, tuned, POCL, "measure", "tune",
+                                         lambda n, only: {"c": slow})
+    assert [d.fused for d in dec] == [True] and "own kernel" in dec[0].why
+    assert (ch["c"].variant, ch["c"].cfg) == ("conv_direct", Config.of(WG=64, KB=2))
+    assert [l.name for l in out.layers] == ["c"]
+    # measured faster fused: the search's own kernel stays
+    fast = Choice("conv_tiled", Config.of(KT=4), 1.1, "tuned")
+    _, ch, dec = fusion.apply_residual(net, tuned, POCL, "measure", "tune",
+                                       lambda n, only: {"c": fast})
+    assert dec[0].fused and ch["c"].variant == "conv_tiled"
+    # a configuration that is no point of the fused layer's space is not carried
+    odd = dict(tuned, c=Choice("conv_direct", Config.of(WG=7, KB=2), 1.0, "tuned"))
+    _, _, dec = fusion.apply_residual(net, odd, POCL, "measure", "tune",
+                                      lambda n, only: {"c": slow})
+    assert not dec[0].fused
