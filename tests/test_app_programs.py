@@ -1,0 +1,196 @@
+"""How the emitted library makes its programs (aotconv/binaries.py, runtime_c/rt_program.c):
+one joined program per network where verified, device binaries built at build time and used
+by create() on the device and driver they were built for, the source otherwise; what the
+library, the build log and report.md say about it; and the memory it reports."""
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+from aotconv import binaries
+from aotconv.binaries import join_sections, joined_source, top_level_names
+from aotconv.harness import close
+from aotconv.report import staging_bytes
+from aotconv.runtime import LibraryError, load
+
+from app_helpers import TWO_OUTPUTS, build, library, reference
+
+
+@pytest.fixture(scope="module")
+def lenet5(tmp_path_factory):
+    return library(tmp_path_factory, "lenet5")
+
+
+# -- joining, device-free and on PoCL --------------------------------------------------------
+
+A = """#define N 4
+inline float leaky(float x, float a) { return x > 0.0f ? x : a * x; }
+__kernel void k_a(__global float *y) { y[0] = leaky(N, 0.5f); }
+"""
+B = """// the same macro and helper names, other values
+#define N 8
+inline float leaky(float x, float a) { return a; }
+__constant float t[2] = {1.0f, 2.0f};
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void k_b(__global float *y)
+{
+    y[0] = leaky(N, t[1]);
+}
+"""
+
+
+def test_top_level_names_are_helpers_and_globals_not_kernels():
+    assert top_level_names(A) == ["leaky"]
+    assert top_level_names(B) == ["leaky", "t"]
+    src = """static inline float4 f4(float4 v) { if (v.x > 0) { return v; } return -v; }
+float proto(int);
+typedef struct { int a; } pair_t;
+__constant int z = 3;
+kernel void k(__global float *y) { y[0] = proto(z); }
+"""
+    assert top_level_names(src) == ["f4", "proto", "pair_t", "z"]
+
+
+def test_joined_sections_keep_each_layer_to_itself():
+    sections = join_sections([A, B], ["a", "b"])
+    (pro_a, epi_a), (pro_b, epi_b) = sections
+    assert "#define leaky leaky__a" in pro_a and "#define leaky leaky__b" in pro_b
+    assert "#define t t__b" in pro_b
+    assert set(re.findall(r"#undef (\w+)", epi_a)) == {"N", "leaky"}
+    assert set(re.findall(r"#undef (\w+)", epi_b)) == {"N", "leaky", "t"}
+
+
+def test_joined_program_builds_and_each_kernel_sees_its_own_definitions():
+    cl = pytest.importorskip("pyopencl")
+    from aotconv.harness import context_for
+    from aotconv.targets import get_target
+    ctx, queue, _ = context_for(get_target("pocl-cpu"))
+    with pytest.raises(cl.Error):     # concatenated as they are, the sources clash
+        cl.Program(ctx, A + B).build()
+    prog = cl.Program(ctx, joined_source([A, B], join_sections([A, B], ["a", "b"]))).build()
+    y = np.zeros(1, np.float32)
+    buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4)
+    for kernel, want in (("k_a", 4.0), ("k_b", 2.0)):
+        getattr(prog, kernel)(queue, (1,), (1,), buf)
+        cl.enqueue_copy(queue, y, buf)
+        assert y[0] == want, kernel
+
+
+# -- the library's programs ------------------------------------------------------------------
+
+def test_create_uses_the_embedded_binary_and_agrees_with_the_source(lenet5):
+    d = lenet5.dir
+    h = (d / "lenet5.h").read_text()
+    assert "#define AOTCONV_LENET5_EMBEDS_BINARIES 1" in h
+    assert (d / "lenet5_binaries.h").is_file()
+    c = (d / "lenet5.c").read_text()
+    assert '#include "lenet5_binaries.h"' in c and "pro_0" in c     # joined, with binaries
+    x = np.random.default_rng(1).standard_normal((100, 1, 32, 32)).astype(np.float32)
+    with load(d) as fast, load(d, source_only=True) as slow:
+        ok, why = fast.program_source()
+        assert ok and "embedded device binary" in why
+        ok, why = slow.program_source()
+        assert not ok and why == "from source: options.source_only is set"
+        y = fast(x)
+        assert np.array_equal(y, slow(x))
+        assert close(y.ravel(), reference(lenet5, x))[0]
+
+
+def test_build_log_and_report_say_what_the_library_embeds(lenet5):
+    assert re.search(r"aotconv: programs: one program for the network, with its device binary "
+                     r"\(\d+ KiB\) for .+ \(driver .+\) beside the source", lenet5.log)
+    report = (lenet5.dir / "report.md").read_text()
+    assert "## Programs" in report and "with its device binary" in report
+
+
+def test_a_binary_built_for_another_device_is_not_used(tmp_path, monkeypatch):
+    plan = binaries.plan
+    monkeypatch.setattr(binaries, "plan", lambda *a, **k: dataclasses.replace(
+        plan(*a, **k), device="Another Device 9000"))
+    (tmp_path / "twoout.yaml").write_text(TWO_OUTPUTS)
+    b = build(tmp_path / "twoout.yaml", tmp_path / "out")
+    x = np.random.default_rng(2).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    with load(b.dir) as lib:
+        ok, why = lib.program_source()
+        assert not ok
+        assert why.startswith("from source: the embedded binaries were built for 'Another "
+                              "Device 9000' (driver ")
+        assert close(np.concatenate([o.ravel() for o in lib(x)]), reference(b, x))[0]
+
+
+def test_a_binary_the_driver_rejects_falls_back_to_the_source(tmp_path, monkeypatch):
+    """Programs one per layer, the first layer's binary garbage: that program comes from its
+    source, the others from their binaries, and the library says so."""
+    plan = binaries.plan
+
+    def per_layer_first_broken(programs, ctx, **kw):
+        p = plan(programs, ctx, **kw)
+        import pyopencl as cl
+        cctx = cl.Context([ctx.found[1]])
+        blobs = [cl.Program(cctx, q.source).build(["-cl-mad-enable"]).binaries[0]
+                 for q in programs]
+        return dataclasses.replace(p, joined=False, blobs=(b"not a binary" * 8, *blobs[1:]))
+    monkeypatch.setattr(binaries, "plan", per_layer_first_broken)
+    (tmp_path / "twoout.yaml").write_text(TWO_OUTPUTS)
+    b = build(tmp_path / "twoout.yaml", tmp_path / "out")
+    assert "pro_0" not in (b.dir / "twoout.c").read_text()
+    x = np.random.default_rng(3).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    with load(b.dir) as lib:
+        ok, why = lib.program_source()
+        assert not ok
+        assert re.fullmatch(r"1 of 3 programs from source: the driver rejected the embedded "
+                            r"binary of layer 'c1': clCreateProgramWithBinary: CL_INVALID_BINARY", why)
+        assert close(np.concatenate([o.ravel() for o in lib(x)]), reference(b, x))[0]
+
+
+def test_no_binaries_embeds_source_only(tmp_path):
+    from aotconv.cli import main
+    (tmp_path / "twoout.yaml").write_text(TWO_OUTPUTS)
+    out = tmp_path / "out"
+    assert main(["build", str(tmp_path / "twoout.yaml"), "--target", "pocl-cpu", "--no-tune",
+                 "--no-binaries", "--quiet", "-o", str(out)]) == 0
+    assert "#define AOTCONV_TWOOUT_EMBEDS_BINARIES 0" in (out / "twoout.h").read_text()
+    assert not (out / "twoout_binaries.h").exists()
+    assert "device binaries off (--no-binaries)" in (out / "report.md").read_text()
+    with load(out) as lib:
+        ok, why = lib.program_source()
+        assert not ok and "--no-binaries" in why
+
+
+def test_a_build_for_an_absent_target_says_it_embeds_source_only(tmp_path_factory):
+    b = library(tmp_path_factory, "lenet5-h100")
+    said = ("the h100 device was not present at build time: the library embeds OpenCL source "
+            "only")
+    assert f"aotconv: programs: {said}" in b.log
+    assert said in (b.dir / "report.md").read_text()
+    assert "#define AOTCONV_LENET5_EMBEDS_BINARIES 0" in (b.dir / "lenet5.h").read_text()
+    assert "pro_0" not in (b.dir / "lenet5.c").read_text()     # not verified: one per layer
+    with pytest.raises(LibraryError, match=r"\[-2\].*no OpenCL device matches target 'h100'"):
+        load(b.dir)
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+def test_memory_in_the_header_the_call_and_the_report(lenet5):
+    sch = lenet5.res.schedule
+    want = {"activation": sum(b.bytes for b in sch.buffers if b.kind == "act"),
+            "parameter": sum(b.bytes for b in sch.buffers if b.kind == "param"),
+            "variant": sum(b.bytes for b in sch.buffers if b.kind == "extra"),
+            "scratch": sum(b.bytes for b in sch.buffers if b.kind == "scratch")}
+    want["device"] = sum(want.values())
+    assert want["activation"] == sch.act_bytes < sch.naive_act_bytes
+    h = (lenet5.dir / "lenet5.h").read_text()
+    for k, v in want.items():
+        assert f"#define AOTCONV_LENET5_{k.upper()}_BYTES {v}u" in h
+    io_bytes = 4 * (sch.input[1] + sch.output_count)
+    with load(lenet5.dir) as lib:
+        m = lib.memory()
+        assert {k: m[f"{k}_bytes"] for k in want} == want
+        assert m["pinned_bytes"] == staging_bytes(sch) == 4 * sch.input[1]   # < 1 MiB: 1 slot
+        lib.host_buffers()
+        assert lib.memory()["pinned_bytes"] == staging_bytes(sch) + io_bytes
+    with load(lenet5.dir, stage_bytes=-1) as lib:
+        assert lib.memory()["pinned_bytes"] == 0
+    report = (lenet5.dir / "report.md").read_text()
+    assert f"| **device total** | **{want['device']}** |" in report
+    assert f"| activations | {want['activation']} |" in report
