@@ -413,7 +413,8 @@ class MeasurerBase:
     measure(layer, candidates, variants=None, on_outcome=None) -> [Outcome], in the order of
     `candidates`, calling on_outcome(candidate, outcome) as each is known (in any order), so
     that records are written as results arrive; close() releases the processes or devices.
-    `slots`: how many candidates it measures at the same time (its devices)."""
+    `slots`: how many candidates it works on at the same time (its parallel compiles, or
+    its devices): under a deadline the search measures that many between checks."""
 
     target = None
     slots = 1
@@ -449,6 +450,7 @@ class Measurer(MeasurerBase):
         self.runner = Worker()
         self.builders = queue.Queue()
         self._nbuilders = self.jobs if self.jobs >= 2 else 0
+        self.slots = max(1, self._nbuilders)     # candidates compiled at the same time
         self._pool = None
         self.build_seconds = 0.0
 

@@ -298,7 +298,8 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     # under a deadline only the first fallback is owed; without one, every variant's
     ev = Evaluator(len(grid), measure, trials=max(1, trials), deadline=deadline,
                    known=known_costs, min_trials=1 if deadline is not None else len(seeds),
-                   pace=clock.pace if clock is not None else None, hints=hints)
+                   pace=clock.pace if clock is not None else None, hints=hints,
+                   chunk=getattr(measurer, "slots", None))
     rng = np.random.default_rng([seed, zlib.crc32(layer.signature_str().encode())])
     if len(grid):
         try:
@@ -351,8 +352,10 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
     sizes = [len(s.candidates) for s in spaces]
     weights = [est_seconds(g[0], target) * len(g) if share_by == "cost" else 1.0
                for g in groups]
-    library = Library.from_store(store, target, device) if seeding and store is not None \
-        else None
+    library = None
+    if seeding and store is not None:
+        library = Library.from_store(store, target, device,
+                                     {p.variant.name for sp in spaces for p in sp.parts})
     if clock is not None:
         clock.begin(len(groups), sum(g[0].op in FUSABLE_OPS for g in groups), progress)
     extra = {k: v for k, v in (("clock", clock), ("library", library)) if v is not None}

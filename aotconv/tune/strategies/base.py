@@ -48,15 +48,19 @@ class Pace:
 
 class Evaluator:
     def __init__(self, n, measure, trials=None, deadline=None, known=None, max_calls=None,
-                 min_trials=1, pace=None, hints=None):
+                 min_trials=1, pace=None, hints=None, chunk=None):
         """`measure(indices) -> costs` does the work; `known` {index: cost} is free memo.
 
         trials: distinct points this search may visit; deadline: time.monotonic() limit,
         which does not stop the first `min_trials` visits; pace: a Pace, so that under a
-        deadline a batch is cut to what fits in the time left; hints: seeding.Hints or None.
+        deadline a batch is cut to what fits in the time left (at this search's own pace
+        once it has one), and measured `chunk` candidates at a time (the measurer's parallel
+        width), the deadline checked between chunks; hints: seeding.Hints or None.
         """
         self.min_trials = min_trials
         self.pace = pace if pace is not None else (Pace() if deadline is not None else None)
+        self.own = Pace()              # this search's own pace: layers differ a lot
+        self.chunk = chunk
         self.hints = hints
         self.n, self.measure = n, measure
         self.trials = n if trials is None else min(trials, n)
@@ -96,10 +100,20 @@ class Evaluator:
             raise Exhausted()
         take = self._fit(new[:self.remaining])
         fresh = [i for i in take if i not in self.known]
-        t0 = time.monotonic()
-        costs = dict(zip(fresh, self.measure(fresh))) if fresh else {}
-        if fresh and self.pace is not None:
-            self.pace.add(len(fresh), time.monotonic() - t0)
+        costs = {}
+        step = self.chunk if self.deadline is not None and self.chunk else len(fresh) or 1
+        for s in range(0, len(fresh), step):
+            part = fresh[s:s + step]
+            if s and len(self.visited) + s >= self.min_trials and \
+                    self._fits(self.deadline - time.monotonic()) < len(part):
+                fresh = fresh[:s]                  # the rest would run past the deadline
+                take = [i for i in take if i in self.known or i in costs]
+                break
+            t0 = time.monotonic()
+            costs.update(zip(part, self.measure(part)))
+            if self.pace is not None:
+                self.pace.add(len(part), time.monotonic() - t0)
+                self.own.add(len(part), time.monotonic() - t0)
         for i in take:
             c = self.known[i] if i in self.known else costs[i]
             c = math.inf if c is None or c != c else float(c)
@@ -109,12 +123,15 @@ class Evaluator:
             raise Exhausted()
         return [self.visited[i] for i in indices]
 
+    def _fits(self, seconds):
+        return (self.own if self.own.count else self.pace).fits(seconds)
+
     def _fit(self, take):
         """`take` cut after the last new measurement that fits before the deadline (known
         points are free); never below what min_trials still needs."""
         if self.deadline is None or self.pace is None:
             return take
-        room = max(self.pace.fits(self.deadline - time.monotonic()),
+        room = max(self._fits(self.deadline - time.monotonic()),
                    self.min_trials - len(self.visited))
         out = []
         for i in take:

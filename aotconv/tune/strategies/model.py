@@ -81,16 +81,17 @@ def _with_prior(Xs, ys, P, py, pw, prior):
     return X, y, w
 
 
-def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1, prior=0.5):
-    """`prior` (0 to turn it off): the weight of the records of similar layers
-    (evaluate.hints, seeding.Hints) against this layer's own measurements; with it, the first
-    picks are the prior's ranking instead of random points."""
+def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1, prior=6.0):
+    """`prior`: how many of this layer's own measurements the records of similar layers
+    (evaluate.hints, seeding.Hints) count for together (0 turns them off), so they guide the
+    first picks and fade as this layer's own measurements accumulate; with them, half of the
+    first `init` picks follow the prior's ranking instead of being random."""
     n = len(grid)
     hints = getattr(evaluate, "hints", None)
     use_prior = prior > 0 and hints is not None and hints.has_prior
     if use_prior:
         X, P = features(grid, hints.coords)
-        py, pw = hints.y, hints.w
+        py, pw = hints.y, hints.w / hints.w.sum()
     else:
         X = features(grid)
     budget = evaluate.trials
@@ -101,14 +102,17 @@ def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1, prio
         free = np.ones(n, dtype=bool)
         free[list(evaluate.visited)] = False
         picks = []
-        for _ in range(min(init, int(free.sum()))):
+        for _ in range(min((init + 1) // 2, int(free.sum()))):
             boot = rng.integers(len(py), size=len(py))
-            w, mu = _fit(P[boot], py[boot], ridge, pw[boot])
+            w, mu = _fit(P[boot], py[boot], ridge, pw[boot] * len(pw))
             pred = X @ w + mu
             pred[~free] = math.inf
             i = int(np.argmin(pred))
             picks.append(i)
             free[i] = False
+        rest = np.nonzero(free)[0]
+        picks += [int(i) for i in rng.choice(rest, size=min(init - len(picks), len(rest)),
+                                              replace=False)]
         if picks:
             evaluate(picks)
     else:
@@ -126,6 +130,8 @@ def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1, prio
         else:
             y = np.log(np.where(ok, cost, 1.0))
             y[~ok] = y[ok].max() + 1.0
+            if use_prior:
+                y = y - y[ok].min()            # relative to the best so far, as the prior is
             for _ in range(batch):
                 if not free.any():
                     break

@@ -25,7 +25,8 @@ of inputs (otherwise: not similar):
 
 so halving the image (H and W of the input and of the output) costs 4, doubling a conv's
 output channels 1 for the output shape plus 0.99 for its `out` attribute, and a 5x5 kernel
-against a 3x3 about 1.2. The `NEIGHBOURS` nearest signatures at a finite distance are used;
+against a 3x3 about 1.2. The `NEIGHBOURS` nearest signatures within MAX_DISTANCE are used
+(past it, in the study of docs/tuning.md, the records misled more searches than they helped);
 from each, its `PER_SIGNATURE` fastest points (over the variants the layer's space has), the
 nearest signature's best first.
 """
@@ -37,6 +38,7 @@ import re
 import numpy as np
 
 NEIGHBOURS = 3              # nearest similar signatures whose points are used
+MAX_DISTANCE = 16.0         # beyond it a signature is not similar (docs/tuning.md, Seeded search)
 PER_SIGNATURE = 2           # best points taken from each, per variant
 MAX_SEEDS = 4               # seeds measured per layer (at most a quarter of its trials)
 
@@ -157,6 +159,17 @@ def snap(grid, variant, cfg, exclude=()):
 
 # -- what similar layers measured -----------------------------------------------------------------
 
+_TEMPLATES = {}
+
+
+def _template_hash(variant):
+    """variant.template_hash(), once per process (it reads and hashes the template and the
+    class's source)."""
+    if variant.name not in _TEMPLATES:
+        _TEMPLATES[variant.name] = variant.template_hash()
+    return _TEMPLATES[variant.name]
+
+
 @dataclass
 class Hints:
     """Seeds and a cost-model prior for one layer's grid (see the module's docstring)."""
@@ -211,9 +224,10 @@ class Library:
         return lib
 
     @classmethod
-    def from_store(cls, store, target, device):
+    def from_store(cls, store, target, device, variants=None):
         """Every records file the store reads, filtered as a Key would (the device, or the
-        target's name when the device is absent; this aotconv version; current templates)."""
+        target's name when the device is absent; this aotconv version; current templates),
+        keeping only `variants` (names; default all)."""
         from ... import __version__
         from ...variants import BY_NAME
         from ..records import read_records
@@ -223,10 +237,12 @@ class Library:
                 continue
             seen.add(p)
             try:
-                records.extend(read_records(p)[0])
+                records.extend(r for r in read_records(p)[0]
+                               if variants is None or r.get("variant") in variants)
             except OSError:
                 continue
-        templates = {n: v.template_hash() for n, v in BY_NAME.items()}
+        names = {r.get("variant") for r in records} & set(BY_NAME)
+        templates = {n: _template_hash(BY_NAME[n]) for n in names}
         return cls.from_records(records, device=device, target=target.name,
                                 version=__version__, templates=templates)
 
@@ -244,7 +260,7 @@ class Library:
             if other == op or (variants is not None and not set(byv) & set(variants)):
                 continue
             d = distance(me, self._sig(other))
-            if math.isfinite(d):
+            if d <= MAX_DISTANCE:
                 out.append((d, other))
         out.sort()
         return out[:k]
