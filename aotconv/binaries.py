@@ -119,7 +119,8 @@ def plan(programs, ctx, binaries=True, log=None):
             f"source only, one program per layer, compiled by create()"))
     device = ctx.found[1]
     cctx = cl.Context([device])
-    dev_name, driver = device.name.strip(), device.driver_version.strip()
+    # as runtime_c/rt_program.c compares them: trailing blanks dropped
+    dev_name, driver = device.name.rstrip(), device.driver_version.rstrip()
 
     def build(text):
         try:

@@ -46,6 +46,7 @@
 #define aotrt_device_label AOTRT_SYM(device_label)
 #define aotrt_match AOTRT_SYM(match)
 #define aotrt_global_error AOTRT_SYM(global_error)
+#define aotrt_shown AOTRT_SYM(shown)
 #define aotrt_build_programs AOTRT_SYM(build_programs)
 #define aotrt_enqueue AOTRT_SYM(enqueue)
 #define aotrt_stage_setup AOTRT_SYM(stage_setup)
@@ -245,6 +246,7 @@ int aotrt_device_accepted(aotrt_net *n, const aotrt_desc *d, const aotrt_options
                           cl_device_id device);
 void aotrt_device_label(cl_device_id device, char *buf, size_t size);
 char *aotrt_global_error(void);
+const char *aotrt_shown(const char *text, char *buf, size_t size);
 int aotrt_build_programs(aotrt_net *n, const aotrt_options *o);
 int aotrt_enqueue(aotrt_net *n, int launch, cl_event *ev);
 int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o);

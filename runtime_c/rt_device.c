@@ -136,10 +136,11 @@ int aotrt_device_accepted(aotrt_net *n, const aotrt_desc *d, const aotrt_options
     const char *want = wanted(o);
     if (accepted(d, want, vend, dname))
         return AOTRT_OK;
+    char shown[640];
     if (want)
         return aotrt_set_error(n, AOTRT_ERR_NO_DEVICE,
                                "%s_create_with_queue: the device '%s' does not match '%s' (from "
-                               "%s)", d->net, dname, want,
+                               "%s)", d->net, dname, aotrt_shown(want, shown, sizeof shown),
                                o && o->device_name ? "options.device_name" : "AOTCONV_DEVICE");
     return aotrt_set_error(n, AOTRT_ERR_NO_DEVICE,
                            "%s_create_with_queue: the device '%s' is not target '%s' (vendor "
@@ -187,10 +188,11 @@ int aotrt_pick_device(aotrt_net *n, const aotrt_desc *d, const aotrt_options *o)
             }
         }
     }
+    char shown[640];
     if (want)
         return aotrt_set_error(n, AOTRT_ERR_NO_DEVICE,
                                "%s: no OpenCL device matches '%s' (from %s); devices present: %s",
-                               d->net, want, o && o->device_name ? "options.device_name" : "AOTCONV_DEVICE",
+                               d->net, aotrt_shown(want, shown, sizeof shown), o && o->device_name ? "options.device_name" : "AOTCONV_DEVICE",
                                seen[0] ? seen : "none");
     return aotrt_set_error(n, AOTRT_ERR_NO_DEVICE,
                            "%s: no OpenCL device matches target '%s' (vendor '%s', device '%s'); "

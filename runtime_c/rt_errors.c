@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* create() can fail before a handle exists: its message is kept per thread. */
 static _Thread_local char global_error[2048];
@@ -20,6 +21,35 @@ int aotrt_set_error(aotrt_net *n, int code, const char *fmt, ...)
     if (n)  /* keep the thread's message too, so last_error(NULL) tells the latest failure */
         snprintf(global_error, sizeof global_error, "%s", n->error);
     return code;
+}
+
+/* `text` as it may appear in a one-line message: control characters escaped (\n, \t, \xNN),
+ * cut with "..." to fit `size`. For what a user gave (a path, a device name). */
+const char *aotrt_shown(const char *text, char *buf, size_t size)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p; ++p) {
+        char esc[8];
+        if (*p == '\n')
+            snprintf(esc, sizeof esc, "\\n");
+        else if (*p == '\r')
+            snprintf(esc, sizeof esc, "\\r");
+        else if (*p == '\t')
+            snprintf(esc, sizeof esc, "\\t");
+        else if (*p < 0x20 || *p == 0x7f)
+            snprintf(esc, sizeof esc, "\\x%02x", *p);
+        else
+            esc[0] = (char)*p, esc[1] = '\0';
+        size_t len = strlen(esc);
+        if (o + len + 4 > size) {
+            snprintf(buf + o, size - o, "...");
+            return buf;
+        }
+        memcpy(buf + o, esc, len);
+        o += len;
+    }
+    buf[o] = '\0';
+    return buf;
 }
 
 const char *aotrt_cl_error_name(cl_int err)

@@ -296,27 +296,29 @@ int aotrt_load_params(aotrt_net *n, const char *path)
     const aotrt_desc *d = n->desc;
     if (!path)
         return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_load_params: path is NULL", d->net);
+    char shown[640];   /* the path in messages: one line, whatever it holds */
+    aotrt_shown(path, shown, sizeof shown);
     /* the size first: a truncated, padded or wrong network's file is refused before any read */
     size_t want = d->param_count * sizeof(float);
     struct stat st;
     if (stat(path, &st) != 0)
         return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s': %s", d->net,
-                               path, strerror(errno));
+                               shown, strerror(errno));
     if (!S_ISREG(st.st_mode))
         return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: '%s' is not a regular file",
-                               d->net, path);
+                               d->net, shown);
     unsigned long long size = (unsigned long long)st.st_size;
     if (size != (unsigned long long)want)
         return aotrt_set_error(n, AOTRT_ERR_IO,
                                "%s_load_params: '%s' holds %llu floats%s (%llu bytes, %s); the "
                                "network has %zu parameters = %zu bytes (float32, little-endian, "
                                "in the header's order): rebuild it with aotconv build", d->net,
-                               path, size / 4, size % 4 ? " and stray bytes" : "", size,
+                               shown, size / 4, size % 4 ? " and stray bytes" : "", size,
                                size < want ? "truncated" : "too long", d->param_count, want);
     FILE *f = fopen(path, "rb");
     if (!f)
         return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s': %s", d->net,
-                               path, strerror(errno));
+                               shown, strerror(errno));
     float *buf = malloc(d->param_count ? d->param_count * sizeof(float) : 1);
     if (!buf) {
         fclose(f);
@@ -329,12 +331,12 @@ int aotrt_load_params(aotrt_net *n, const char *path)
     int rc;
     if (failed)
         rc = aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: reading '%s' failed after %zu "
-                             "floats", d->net, path, got);
+                             "floats", d->net, shown, got);
     else if (got != d->param_count || extra)    /* it changed size while being read */
         rc = aotrt_set_error(n, AOTRT_ERR_IO,
                              "%s_load_params: '%s' holds %s%zu floats, the network has %zu "
                              "parameters (float32, little-endian, in the header's order)",
-                             d->net, path, extra ? "more than " : "", got, d->param_count);
+                             d->net, shown, extra ? "more than " : "", got, d->param_count);
     else
         rc = aotrt_set_params(n, buf, d->param_count);
     free(buf);

@@ -41,15 +41,20 @@ static void binaries_apply(aotrt_net *n, const aotrt_options *o, char *why, size
     trim(name);
     trim(driver);
     if (strcmp(name, d->binary_device) != 0 || strcmp(driver, d->binary_driver) != 0)
-        snprintf(why, size, "the embedded binaries were built for '%s' (driver %s), this device "
-                 "is '%s' (driver %s)", d->binary_device, d->binary_driver, name, driver);
+        snprintf(why, size, "the embedded binaries were built for '%.100s' (driver %.60s), this "
+                 "device is '%.100s' (driver %.60s)", d->binary_device, d->binary_driver, name,
+                 driver);
 }
 
 /* Program slot i from binary b; 0 on success, else the reason in `why`. */
 static int from_binary(aotrt_net *n, int i, const aotrt_binary *b, char *why, size_t size)
 {
     const aotrt_desc *d = n->desc;
-    const char *what = n->joined ? "the network's program" : d->programs[i].layer;
+    char what[300];
+    if (n->joined)
+        snprintf(what, sizeof what, "the network's program");
+    else
+        snprintf(what, sizeof what, "layer '%s'", d->programs[i].layer);
     cl_int status = CL_SUCCESS, err;
     const unsigned char *data = b->data;
     size_t len = b->size;
