@@ -372,7 +372,11 @@ class Farm(MeasurerBase):
                                        f"measured is in the records)")
                 running = {h.job[1]: h for h in self.hosts if h.job is not None}
                 refs = list(compiling) + list(running)
-                done, _ = ray.wait(refs, num_returns=1, timeout=POLL_S) if refs else ([], [])
+                if refs:
+                    done, _ = ray.wait(refs, num_returns=1, timeout=POLL_S)
+                else:                               # waiting for a replacement worker
+                    done = []
+                    time.sleep(POLL_S)
                 for ref in done:
                     if ref in compiling:
                         i, _ = compiling.pop(ref)
