@@ -18,9 +18,9 @@ import numpy as np
 
 from .variants import active
 from .variants.base import Config, Partial, Unbound, Variant
-from .variants.limits import (INDEX_LIMIT, SUPERSEDED, constraints_of,  # noqa: F401
-                              device_constraints, index_extents, index_stride, indices_fit,
-                              own_constraints, tensor_extents, variant_buffers_fit)
+from .variants.limits import (INDEX_LIMIT, constraints_of, device_constraints,  # noqa: F401
+                              index_extents, index_stride, indices_fit, own_constraints,
+                              tensor_extents, variant_buffers_fit)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from aotconv.spec import network_from_dict
 from aotconv.targets import TARGETS, Target, find_device, with_limits
 from aotconv.tune.search import fallback_candidate
 from aotconv.variants import BY_NAME, for_layer
-from aotconv.variants.base import Config, round_up, ceil_div
+from aotconv.variants.base import Config, NoFallback, round_up, ceil_div
 
 H100 = TARGETS["h100"]
 # a target no machine has (its device pattern matches nothing): its profile is all there is
@@ -146,19 +146,21 @@ def dense_layer(k, out, batch=1):
     ("dense_gemm", lambda: dense_layer(46340, 46340, 64)),      # the weight padded to tiles
     ("dense_gemv", lambda: dense_layer(50000, 50000)),          # the weight itself
 ])
-def test_device_index_width_supersedes_the_variants_own_check(name, make):
-    """The four variants that checked 32-bit indices themselves keep the line in their class
-    (their template hash, so the shipped records, would change without it), but their spaces
-    judge the general constraint only, which rejects every point theirs rejects."""
+def test_device_index_width_covers_the_checks_the_variants_once_made(name, make):
+    """conv_im2col, conv_winograd, dense_gemm and dense_gemv once checked 32-bit indices
+    themselves: no buffer, scratch or tensor of theirs past INT_MAX. They declare no index
+    check now; device.index_width, judged once for every variant, rejects every point theirs
+    rejected."""
     v = BY_NAME[name]
     layer = make()
-    own = {c.name: c for c in v.constraints}
-    assert "indices_fit_int32" in own
+    assert not any("int32" in c.name for c in v.constraints)
     names = [c.name for c in constraints_of(v, H100)]
-    assert "indices_fit_int32" not in names and names.count("device.index_width") == 1
+    assert names.count("device.index_width") == 1
+    tensors = max(n for _, n in space.tensor_extents(layer))
     rejected = 0
     for cfg in _random_points(v, layer, H100, 300):
-        if not own["indices_fit_int32"].check(layer, cfg, H100):
+        own = list(v.buffers(layer, cfg).values()) + [v.scratch_floats(layer, cfg), tensors]
+        if max(own) > INDEX_LIMIT:
             rejected += 1
             assert not indices_fit(v, layer, cfg), cfg
     assert rejected > 0                                   # the layers are big enough to matter
@@ -279,12 +281,13 @@ def dense_10_3():
 def test_a_variant_with_an_empty_space_offers_no_fallback():
     """dense 10 -> 3 on PoCL's profile: dense_gemv's work-groups (32 and up) are wider than the
     5-vector rows they would stride over (wg_not_idle allows 16), so its space is empty and its
-    fallback() raises; fallback_point says None and the layer falls back on dense_direct."""
+    fallback() raises NoFallback; fallback_point says None and the layer falls back on
+    dense_direct."""
     layer = dense_10_3().layers[0]
     t = TARGETS["pocl-cpu"]
     gemv = BY_NAME["dense_gemv"]
     assert layer_space(layer, t, variants=[gemv]).parts[0].points == []
-    with pytest.raises(AssertionError):
+    with pytest.raises(NoFallback, match="dense_gemv: no fallback point is valid"):
         gemv.fallback(layer, t)
     assert fallback_point(layer, gemv, t) is None
     assert fallback_candidate(layer, t).variant == "dense_direct"

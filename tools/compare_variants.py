@@ -9,7 +9,7 @@ checked by taking a snapshot before and after and comparing them:
     python tools/compare_variants.py compare /tmp/before.json /tmp/after.json
 
 A snapshot covers layers of every shipped network (after aotconv's passes, every fusable pool
-also fused into its conv) and a table of odd layers (strides, dilations, groups, asymmetric
+also fused into its conv, every fusable residual add into its conv) and a table of odd layers (strides, dilations, groups, asymmetric
 padding, prime sizes, every pooling mode, dense at several batches, concat and add of three,
 every layout conversion, activations), on several targets. Per (layer, target, variant):
 whether it supports the layer (and why not), its knobs, its effective constraints (name, level,
@@ -110,7 +110,10 @@ def collect_layers():
             pass
     layers = {}
     for net in nets:
-        for variant in (passes.optimise(net), passes.fuse_pool(passes.optimise(net))):
+        fused = [passes.optimise(net), passes.fuse_pool(passes.optimise(net))]
+        if hasattr(passes, "fuse_residual"):        # adds read in a conv's epilogue
+            fused.append(passes.fuse_residual(passes.optimise(net)))
+        for variant in fused:
             for l in variant.layers:
                 layers.setdefault(l.signature_str(), l)
     for src in LAYOUTS:

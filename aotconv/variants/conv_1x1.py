@@ -12,9 +12,10 @@ layer's sizes leave a partial tile (decided at generation time).
 Domain: 1x1 kernels with stride 1 and no padding, any dilation (it has no effect on a 1x1
 kernel) and any groups; NCHW in and out.
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, ceil_div, round_up
+from .base import Variant, Knob, Constraint, Launch, In, Out, Param, ceil_div, pow2_at_least
+from .conv_common import conv_sizes, enough_work_groups, thread_dims, whole_simd_groups
+from .limits import first_valid
 from .residual import with_residual
-from .conv_igemm import conv_sizes, first_valid, pow2_at_least, simd_groups_ok, thread_dims
 
 
 def _dims(layer):
@@ -32,13 +33,10 @@ def _wg(c):
     return c["MB"] * c["NB"]
 
 
-def _enough_work_groups(layer, c, t):
+def _work_groups(layer, c):
     m, n, _ = _dims(layer)
-    want = t.min_wg_per_cu * t.compute_units
-    if m * n * layer.attrs["groups"] < want * 64 * 64:
-        return True
     mblk, nblk = _tile(c)
-    return ceil_div(m, mblk) * ceil_div(n, nblk) * layer.attrs["groups"] >= want
+    return ceil_div(m, mblk) * ceil_div(n, nblk) * layer.attrs["groups"]
 
 
 def _fallbacks(*rows):
@@ -80,19 +78,14 @@ class Conv1x1(Variant):
         Constraint("accumulators_fit", "software",
                    "more than 128 accumulators per work-item spill on every compiler we target",
                    lambda l, c, t: c["MT"] * c["NT"] <= 128),
-        Constraint("whole_simd_groups", "hardware",
-                   "on a GPU, a work-group that is not a whole number of SIMD groups leaves lanes "
-                   "idle",
-                   lambda l, c, t: simd_groups_ok(_wg(c), t)),
-        Constraint("enough_work_groups", "hardware",
-                   "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute unit "
-                   "when the layer has enough 64x64 tiles to give them",
-                   _enough_work_groups),
+        whole_simd_groups(_wg),
+        enough_work_groups(_work_groups),
     )
 
     def supports(self, layer):
-        if layer.op != "conv":
-            return f"{self.name} implements conv, not {layer.op}"
+        why = super().supports(layer)
+        if why:
+            return why
         a = layer.attrs
         if tuple(a["kernel"]) != (1, 1):
             return f"{self.name} needs a 1x1 kernel, not {a['kernel'][0]}x{a['kernel'][1]}"
@@ -112,13 +105,9 @@ class Conv1x1(Variant):
                 Knob("VW", (4, 2, 1), "vector width of input loads, local reads and stores")]
 
     def fallback(self, layer, target):
-        m, n, _ = _dims(layer)
-
-        def work_groups(c):
-            mblk, nblk = _tile(c)
-            return ceil_div(m, mblk) * ceil_div(n, nblk) * layer.attrs["groups"]
         return first_valid(self, layer, target,
-                           _FALLBACKS["gpu" if target.kind == "gpu" else "cpu"], work_groups)
+                           _FALLBACKS["gpu" if target.kind == "gpu" else "cpu"],
+                           lambda c: _work_groups(layer, c))
 
     def local_mem_bytes(self, layer, cfg):
         mblk, nblk = _tile(cfg)

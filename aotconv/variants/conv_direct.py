@@ -3,8 +3,7 @@
 The plain, always-valid conv variant (any kernel, stride, pad, dilation, groups, bias, act):
 no local memory, no weight re-layout; the reference point the tuned variants must beat.
 """
-from .base import ceil_div
-from .flat import ChannelBlocked, channel_block_constraints, conv_args
+from .flat import ChannelBlocked, conv_args
 from .residual import with_residual
 
 
@@ -18,17 +17,10 @@ def _sizes(layer):
                 DH=a["dilation"][0], DW=a["dilation"][1], PT=a["pad"][0], PL=a["pad"][1])
 
 
-def _items(layer, cfg):
-    n, k, p, q = layer.out_shape
-    return n * ceil_div(k, cfg["KB"]) * p * q
-
-
 class ConvDirect(ChannelBlocked):
     name = "conv_direct"
     ops = ("conv",)
     template = "kernels/conv_direct.cl.mako"
-    constraints = channel_block_constraints(_items)
-    items = staticmethod(_items)
 
     def registers(self, layer, cfg):
         """Estimated 32-bit registers per work-item (aotconv.space checks the device's budget):

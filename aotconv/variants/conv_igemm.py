@@ -30,23 +30,14 @@ One tap per step (TAPSTEP=1, NCHW/CHWN with C/G % KBLK == 0): the reduction runs
 a KBLK step is KBLK channels of one filter tap; the B load then needs no division per row and
 one bounds check per column and step (10-15% on the H100's 3x3 and 5x5 layers).
 """
-from .base import (Variant, Knob, Constraint, Config, Launch, In, Out, Param, Buffer, Scratch,
-                   NoFallback, ceil_div, round_up)
+from .base import (Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch,
+                   ceil_div, pow2_at_least, round_up)
+from .conv_common import conv_sizes, enough_work_groups, thread_dims, whole_simd_groups
+from .conv_common import simd_groups_ok  # noqa: F401  (conv_depthwise imports it from here)
+from .limits import first_valid
 from .residual import with_residual
 
 LAYOUTS = ("NCHW", "CHWN", "NHWC")
-
-
-def conv_sizes(layer):
-    """The layer's sizes under the names the conv templates use."""
-    a = layer.attrs
-    n, c, h, w = layer.in_shape
-    _, k, p, q = layer.out_shape
-    g = a["groups"]
-    (r, s), (sh, sw), (dh, dw) = a["kernel"], a["stride"], a["dilation"]
-    pt, pl, pb, pr = a["pad"]
-    return dict(BATCH=n, C=c, H=h, W=w, K=k, P=p, Q=q, R=r, S=s, SH=sh, SW=sw, DH=dh, DW=dw,
-                PT=pt, PL=pl, PB=pb, PR=pr, G=g, CG=c // g, KG=k // g)
 
 
 def layout_strides(layout, n, c, h, w):
@@ -60,39 +51,9 @@ def layout_strides(layout, n, c, h, w):
     raise ValueError(layout)
 
 
-def pow2_at_least(x):
-    p = 1
-    while p < x:
-        p *= 2
-    return p
-
-
 def needs_bounds(size, out, stride, pad_lo, k, dil):
     """True when some tap of some output position falls into the padding (a runtime check)."""
     return pad_lo > 0 or (out - 1) * stride - pad_lo + (k - 1) * dil > size - 1
-
-
-def first_valid(variant, layer, target, points, work_groups=None):
-    """The first of `points` (dicts) that passes the variant's constraints and the device limits
-    aotconv.space adds, so that the fallback is never pruned. With `work_groups(cfg)`, the
-    first valid point that gives every compute unit a work-group wins over earlier ones that
-    would leave compute units idle (big tiles on a small layer)."""
-    from ..space import constraints_of              # space imports the registry: import late
-    knobs = variant.knobs(layer, target)
-    cons = constraints_of(variant, target)
-    valid = []
-    for p in points:
-        if any(p[k.name] not in k.values for k in knobs):
-            continue
-        cfg = Config(tuple((k.name, p[k.name]) for k in knobs))
-        if all(c.check(layer, cfg, target) for c in cons):
-            if work_groups is None or work_groups(cfg) >= target.compute_units:
-                return cfg
-            valid.append(cfg)
-    if valid:
-        return max(valid, key=work_groups)
-    raise NoFallback(f"{variant.name}: no fallback point is valid for layer '{layer.name}' "
-                     f"on {target.name}")
 
 
 def _kind(target):
@@ -197,31 +158,6 @@ def _partial_floats(layer, c):
     return _tail(layer, c)[1] * c["KSPLIT"] * c["MBLK"] * c["NBLK"]
 
 
-# A tile this size keeps a big GPU's compute unit busy; a layer with at least this many tiles
-# per wanted work-group is "large enough" to ask for min_wg_per_cu work-groups per CU.
-_OCCUPANCY_TILE = 64 * 64
-
-
-def _enough_work_groups(layer, c, t):
-    m, n, _ = _gemm_dims(layer)
-    want = t.min_wg_per_cu * t.compute_units
-    if m * n * layer.attrs["groups"] < want * _OCCUPANCY_TILE:
-        return True                                 # too small to fill the device anyway
-    return _work_groups(layer, c) * c["KSPLIT"] >= want
-
-
-def simd_groups_ok(wg, target):
-    """GPUs run work-items in SIMD groups (warps, wavefronts) that a work-group should fill;
-    PoCL's CPU device runs a work-group's items in a loop, so small groups are fine there."""
-    return target.kind != "gpu" or wg % min(target.simd_width, 64) == 0
-
-
-def thread_dims(target):
-    """Work-items per work-group dimension: GPUs want 64-1024 work-items; on a CPU (PoCL) a
-    work-group is a loop and 1-64 work-items with big register blocks do best."""
-    return (16, 8, 32, 4) if target.kind == "gpu" else (2, 4, 1, 8)
-
-
 def _fallbacks(*rows, **fixed):
     return [dict(zip(("MDIM", "NDIM", "MBLK", "NBLK", "KBLK", "VW"), r), **fixed) for r in rows]
 
@@ -303,22 +239,11 @@ class ConvIgemm(Variant):
         Constraint("accumulators_fit", "software",
                    "more than 128 accumulators per work-item spill on every compiler we target",
                    lambda l, c, t: (c["MBLK"] // c["MDIM"]) * (c["NBLK"] // c["NDIM"]) <= 128),
-        Constraint("whole_simd_groups", "hardware",
-                   "on a GPU, a work-group that is not a whole number of SIMD groups (warps) "
-                   "leaves lanes idle",
-                   lambda l, c, t: simd_groups_ok(_wg(c), t)),
-        Constraint("enough_work_groups", "hardware",
-                   "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute unit "
-                   "when the layer has enough 64x64 tiles to give them",
-                   _enough_work_groups),
+        whole_simd_groups(_wg),
+        enough_work_groups(lambda l, c: _work_groups(l, c) * c["KSPLIT"]),
     )
 
-    # -- domain --------------------------------------------------------------------------------
-    def supports(self, layer):
-        if layer.op != "conv":
-            return f"{self.name} implements conv, not {layer.op}"
-        return None             # any kernel, stride, pad, dilation and groups: all in the loads
-
+    # -- domain: any kernel, stride, pad, dilation and groups (all in the loads) ---------------
     def layouts_of(self, layer, cfg):
         return cfg["LAYOUT"], cfg["LAYOUT"]
 

@@ -11,12 +11,10 @@ a variant-owned buffer). All groups are one batched launch (NDRange dimension 2)
 splits K over more work-groups for layers whose tile grid underfills the device (deep layers at
 batch 1); partial tiles then go to scratch and a small launch sums them with bias and act.
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, Arg, \
-    ceil_div, round_up
+from .base import Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, Arg, ceil_div, \
+    round_up
 from .residual import with_residual
 from . import gemm_tiles as gt
-
-INT32 = 2 ** 31 - 1
 
 
 def _static(layer):
@@ -30,15 +28,7 @@ def _static(layer):
                 PT=a["pad"][0], PL=a["pad"][1], PQ=p * q, KDIM=c // g * kh * kw)
 
 
-def _dims(layer, cfg=None):
-    if cfg is None:
-        return gt.layer_memo(layer, "conv_im2col", _static)
-    return gt.point_memo(layer, cfg, "conv_im2col", _point)
-
-
-def _point(layer, cfg):
-    d = dict(gt.layer_memo(layer, "conv_im2col", _static))
-    c = cfg.as_dict()
+def _point(d, c):
     ks = c["KSPLIT"]
     d["KSPLIT"], d["IMGS"] = ks, c["IMGS"]
     d["KCH"] = round_up(ceil_div(d["KDIM"], ks), c["KWG"])          # K per split, padded
@@ -51,6 +41,9 @@ def _point(layer, cfg):
     return d
 
 
+_dims = gt.dims_of("conv_im2col", _static, _point)
+
+
 def _gemm_dims(layer, cfg):
     d = _dims(layer, cfg)
     return d["OG"], d["NCOLS"], ceil_div(d["KDIM"], d["KSPLIT"])
@@ -60,13 +53,6 @@ def _scratch(layer, cfg):
     d = _dims(layer, cfg)
     part = d["G"] * d["KSPLIT"] * d["MP"] * d["NCP"] if d["KSPLIT"] > 1 else 0
     return d["PART0"] + part
-
-
-def _fits_int32(layer, cfg):
-    from ..graph import count
-    d = _dims(layer, cfg)
-    return max(_scratch(layer, cfg), count(layer.in_shape), count(layer.out_shape),
-               d["G"] * d["KP"] * d["MP"]) <= INT32
 
 
 def _imgs_values(n):
@@ -85,35 +71,17 @@ def _tiles(layer, cfg):
     return d["G"] * (d["MP"] // cfg["MWG"]) * (d["NCP"] // cfg["NWG"])
 
 
-class ConvIm2col(Variant):
+class ConvIm2col(gt.GemmVariant):
+    """Every conv: any stride, pad, dilation and group count."""
     name = "conv_im2col"
     ops = ("conv",)
     template = "kernels/conv_im2col.cl.mako"
-    scratch = True
+    dims = staticmethod(_dims)
     constraints = gt.gemm_constraints(_gemm_dims) + (
         Constraint("imgs_divide_batch", "algorithm",
                    "every chunk of images is the same GEMM, so IMGS must divide the batch",
                    lambda l, c, t: l.in_shape[0] % c["IMGS"] == 0),
-        Constraint("split_slices_deep", "software",
-                   "each K slice must hold at least 4 K steps, or the partial-sum traffic costs "
-                   "more than the parallelism gained",
-                   lambda l, c, t: c["KSPLIT"] == 1 or
-                   ceil_div(_dims(l)["KDIM"], c["KSPLIT"]) >= 4 * c["KWG"]),
-        Constraint("split_only_if_underfilled", "hardware",
-                   "split-K pays only when the tile grid alone is smaller than two work-groups "
-                   "per compute unit",
-                   lambda l, c, t: c["KSPLIT"] == 1 or
-                   _tiles(l, c) < 2 * t.compute_units * max(1, t.min_wg_per_cu)),
-        Constraint("indices_fit_int32", "software",
-                   "kernels index with 32-bit ints (faster on GPUs); scratch and tensors must "
-                   "stay below 2^31 elements",
-                   lambda l, c, t: _fits_int32(l, c)),
-    )
-
-    def supports(self, layer):
-        if layer.op != "conv":
-            return f"{self.name} implements conv, not {layer.op}"
-        return None          # every stride, pad, dilation and group count
+    ) + gt.split_k_constraints(lambda l: _dims(l)["KDIM"], _tiles)
 
     def knobs(self, layer, target):
         return list(gt.GEMM_KNOBS) + [
@@ -128,17 +96,9 @@ class ConvIm2col(Variant):
                                for k in (1, 2, 4, 8)],
                               lambda l, c: _tiles(l, c) * c["KSPLIT"])
 
-    def registers(self, layer, cfg):
-        return gt.est_registers(cfg)
-
-    def local_mem_bytes(self, layer, cfg):
-        return gt.local_mem_bytes(cfg)
-
     def template_params(self, layer, cfg):
-        d = dict(_dims(layer, cfg))
-        d.update(gt.template_names(cfg))
+        d = super().template_params(layer, cfg)
         d["VEC_STORE"] = cfg["VWN"] > 1 and d["PQ"] % cfg["VWN"] == 0
-        d["HAS_BIAS"] = bool(layer.attrs["bias"])
         return d
 
     def buffers(self, layer, cfg):

@@ -13,9 +13,12 @@ work-items of a filter block; WCONST puts them in __constant memory when they fi
 Domain: every convolution (any kernel, stride, asymmetric pad, dilation, groups); NCHW in and
 out.
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, ceil_div, round_up
+from .base import (Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, ceil_div,
+                   pow2_at_least, round_up)
+from .conv_common import (conv_sizes, enough_work_groups, row_reads, row_span,
+                          whole_simd_groups)
+from .limits import first_valid
 from .residual import with_residual
-from .conv_igemm import conv_sizes, first_valid, pow2_at_least, simd_groups_ok
 
 # Straight-line code budget: above this many multiply-adds per input channel the filter-row
 # loop stays a (non-unrolled) loop and only the taps of one row are emitted.
@@ -42,18 +45,8 @@ def _packed(layer, cfg):
     return layer.attrs["groups"] * kb * cg * r * s * cfg["KT"]
 
 
-def _span(layer, cfg):
-    """Input columns one work-item's QT windows cover in one filter row."""
-    a = layer.attrs
-    return (cfg["QT"] - 1) * a["stride"][1] + (a["kernel"][1] - 1) * a["dilation"][1] + 1
-
-
-def _enough_work_groups(layer, cfg, t):
-    want = t.min_wg_per_cu * t.compute_units
-    n, k, p, q = layer.out_shape
-    if n * k * p * q < want * 256 * 16:
-        return True                     # too small to fill the device with any block
-    return ceil_div(_items(layer, cfg), cfg["WG"]) >= want
+def _work_groups(layer, cfg):
+    return ceil_div(_items(layer, cfg), cfg["WG"])
 
 
 _FALLBACKS = [dict(KT=kt, QT=qt, WG=wg, VW=1, WCONST=0)
@@ -86,20 +79,11 @@ class ConvTiled(Variant):
                    "__constant memory is only guaranteed 64 KiB; larger packed weights stay "
                    "global",
                    lambda l, c, t: not c["WCONST"] or 4 * _packed(l, c) <= CONSTANT_BYTES),
-        Constraint("whole_simd_groups", "hardware",
-                   "on a GPU, a work-group that is not a whole number of SIMD groups leaves lanes "
-                   "idle",
-                   lambda l, c, t: simd_groups_ok(c["WG"], t)),
-        Constraint("enough_work_groups", "hardware",
-                   "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute unit "
-                   "when the layer is large enough to give them",
-                   _enough_work_groups),
+        whole_simd_groups(lambda c: c["WG"]),
+        enough_work_groups(_work_groups),
     )
 
-    def supports(self, layer):
-        if layer.op != "conv":
-            return f"{self.name} implements conv, not {layer.op}"
-        return None             # any kernel, stride, pad, dilation and groups
+    # domain: every convolution (any kernel, stride, pad, dilation and groups)
 
     def knobs(self, layer, target):
         return [Knob("KT", (4, 8, 2, 1), "output channels per work-item (register block in K)"),
@@ -110,40 +94,20 @@ class ConvTiled(Variant):
                 Knob("WCONST", (0, 1), "packed weights in __constant memory")]
 
     def fallback(self, layer, target):
-        return first_valid(self, layer, target, _FALLBACKS,
-                           lambda c: ceil_div(_items(layer, c), c["WG"]))
+        return first_valid(self, layer, target, _FALLBACKS, lambda c: _work_groups(layer, c))
 
     def registers(self, layer, cfg):
         """Accumulators, one filter row's input segment, one tap's KT weights, ~16 of state."""
-        return cfg["KT"] * cfg["QT"] + _span(layer, cfg) + cfg["KT"] + 16
+        return cfg["KT"] * cfg["QT"] + row_span(layer, cfg["QT"]) + cfg["KT"] + 16
 
     def template_params(self, layer, cfg):
         d = conv_sizes(layer)
         kb, qb = _blocks(layer, cfg)
-        qt, sw, dw, s = cfg["QT"], d["SW"], d["DW"], d["S"]
-        span = _span(layer, cfg)
-        used = sorted({qq * sw + j * dw for qq in range(qt) for j in range(s)})
-        # a segment column needs a guard only if some work-item's window puts it in the padding
-        last_q0 = (qb - 1) * qt * sw - d["PL"]
-        guard_col = {i: (i - d["PL"] < 0) or (last_q0 + i > d["W"] - 1) for i in used}
-        guard_row = [(r * d["DH"] - d["PT"] < 0)
-                     or ((d["P"] - 1) * d["SH"] - d["PT"] + r * d["DH"] > d["H"] - 1)
-                     for r in range(d["R"])]
-        # runs of VW consecutive unguarded columns become one vector load
-        vec_at, i = {}, 0
-        cols = set(used)
-        while i < span:
-            run = range(i, i + cfg["VW"])
-            if cfg["VW"] > 1 and all(j in cols and not guard_col[j] for j in run):
-                vec_at[i] = True
-                i += cfg["VW"]
-            else:
-                i += 1
-        unroll_r = d["R"] * d["S"] * cfg["KT"] * qt <= MAX_UNROLLED_FMAS
-        d.update(KB=kb, QB=qb, SPAN=span, USED=used, GUARD_COL=guard_col, GUARD_ROW=guard_row,
-                 VEC_AT=vec_at, UNROLL_R=unroll_r, ITEMS=_items(layer, cfg),
-                 KCHK=(d["KG"] % cfg["KT"]) != 0, QCHK=(d["Q"] % qt) != 0,
-                 has_bias=bool(layer.attrs["bias"]))
+        qt = cfg["QT"]
+        d.update(row_reads(layer, d, qt, cfg["VW"], qb))
+        d.update(KB=kb, QB=qb, UNROLL_R=d["R"] * d["S"] * cfg["KT"] * qt <= MAX_UNROLLED_FMAS,
+                 ITEMS=_items(layer, cfg), KCHK=(d["KG"] % cfg["KT"]) != 0,
+                 QCHK=(d["Q"] % qt) != 0, has_bias=bool(layer.attrs["bias"]))
         return d
 
     def buffers(self, layer, cfg):

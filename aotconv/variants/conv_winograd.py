@@ -15,11 +15,9 @@ transforms are unrolled at render time from the exact matrices below with zero t
 """
 from fractions import Fraction as F
 
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, \
-    ceil_div, round_up
+from .base import Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, ceil_div, round_up
 from .residual import residual_reason
 from . import gemm_tiles as gt
-from ..graph import count
 
 # (G, B^T, A^T) of F(m x m, 3 x 3), interpolation points 0, +-1 (, +-2), infinity.
 MATRICES = {
@@ -84,9 +82,7 @@ def _static(layer):
     return dict(N=n, C=c, H=h, W=w, OUT=out, P=p, Q=q, PT=a["pad"][0], PL=a["pad"][1])
 
 
-def _point(layer, cfg):
-    d = dict(gt.layer_memo(layer, "conv_winograd", _static))
-    c = cfg.as_dict()
+def _point(d, c):
     m = c["M"]
     d.update(M=m, A=m + 2, TH=ceil_div(d["P"], m), TW=ceil_div(d["Q"], m))
     d["T"] = d["N"] * d["TH"] * d["TW"]
@@ -98,10 +94,7 @@ def _point(layer, cfg):
     return d
 
 
-def _dims(layer, cfg=None):
-    if cfg is None:
-        return gt.layer_memo(layer, "conv_winograd", _static)
-    return gt.point_memo(layer, cfg, "conv_winograd", _point)
+_dims = gt.dims_of("conv_winograd", _static, _point)
 
 
 def _gemm_dims(layer, cfg):
@@ -115,11 +108,11 @@ def _gemm_dims(layer, cfg):
 F4_MAX_C = 16384
 
 
-class ConvWinograd(Variant):
+class ConvWinograd(gt.GemmVariant):
     name = "conv_winograd"
     ops = ("conv",)
     template = "kernels/conv_winograd.cl.mako"
-    scratch = True
+    dims = staticmethod(_dims)
     constraints = gt.gemm_constraints(_gemm_dims) + (
         Constraint("f4_accuracy", "algorithm",
                    f"F(4x4,3x3) rounding error grows with the reduction length C; it is measured "
@@ -128,16 +121,12 @@ class ConvWinograd(Variant):
         Constraint("tile_fits_output", "software",
                    "an output tile larger than the output computes mostly cropped values",
                    lambda l, c, t: c["M"] == 2 or c["M"] <= max(l.out_shape[2], l.out_shape[3])),
-        Constraint("indices_fit_int32", "software",
-                   "kernels index with 32-bit ints; scratch and buffers stay below 2^31",
-                   lambda l, c, t: max(_scratch(l, c), count(l.in_shape), count(l.out_shape),
-                                       _dims(l, c)["AA"] * _dims(l, c)["CP"] * _dims(l, c)["KP"])
-                   <= 2 ** 31 - 1),
     )
 
     def supports(self, layer):
-        if layer.op != "conv":
-            return f"{self.name} implements conv, not {layer.op}"
+        why = super().supports(layer)
+        if why:
+            return why
         a = layer.attrs
         if tuple(a["kernel"]) != (3, 3):
             return f"Winograd F(m,3x3) needs a 3x3 kernel, not {a['kernel']}"
@@ -158,16 +147,8 @@ class ConvWinograd(Variant):
                               lambda l, c: _dims(l, c)["AA"] * (_dims(l, c)["KP"] // c["MWG"]) *
                               (_dims(l, c)["TP"] // c["NWG"]))
 
-    def registers(self, layer, cfg):
-        return gt.est_registers(cfg)
-
-    def local_mem_bytes(self, layer, cfg):
-        return gt.local_mem_bytes(cfg)
-
     def template_params(self, layer, cfg):
-        d = dict(_dims(layer, cfg))
-        d.update(gt.template_names(cfg))
-        d["HAS_BIAS"] = bool(layer.attrs["bias"])
+        d = super().template_params(layer, cfg)
         d["TF"] = transforms(cfg["M"])
         return d
 

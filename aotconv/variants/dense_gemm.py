@@ -10,7 +10,7 @@ Output columns are the OUT rows of W, so the stores are coalesced along y's cont
 KSPLIT > 1 splits K for layers whose tile grid underfills the device (few batch rows x OUT);
 partial tiles go to scratch and a small launch sums them with bias and act.
 """
-from .base import Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, bias_arg, \
+from .base import Knob, Launch, In, Out, Param, Buffer, Scratch, bias_arg, \
     ceil_div, round_up
 from . import gemm_tiles as gt
 from .dense_gemv import dense_reason, dense_dims
@@ -53,12 +53,7 @@ class DenseGemm(gt.GemmVariant):
     template = "kernels/dense_gemm.cl.mako"
     dims = staticmethod(_dims)
     constraints = gt.gemm_constraints(_gemm_dims) + gt.split_k_constraints(
-        lambda l: _dims(l)["K"], _tiles) + (
-        Constraint("indices_fit_int32", "software",
-                   "kernels index with 32-bit ints; scratch and the packed weight stay below 2^31",
-                   lambda l, c, t: max(_scratch(l, c), _dims(l, c)["KP"] * _dims(l, c)["NP"])
-                   <= 2 ** 31 - 1),
-    )
+        lambda l: _dims(l)["K"], _tiles)
 
     def supports(self, layer):
         why = dense_reason(layer)

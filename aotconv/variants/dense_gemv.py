@@ -14,8 +14,9 @@ slice with VW-wide loads, U independent loads in flight each, then reduce in loc
 KSPLIT > 1 writes partial sums to scratch and a second small launch adds them with bias and act
 (for layers with too few rows to fill the device: split-K).
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Scratch, ceil_div, round_up
-from .gemm_tiles import pow2_at_least
+from .base import (Variant, Knob, Constraint, Launch, In, Out, Param, Scratch, ceil_div,
+                   pow2_at_least, round_up)
+from .limits import first_valid
 from ..graph import count
 
 MAX_BATCH = 16
@@ -76,10 +77,6 @@ class DenseGemv(Variant):
         Constraint("split_slices_full", "software",
                    "a K slice shorter than WG*U loads leaves the split with nothing to gain",
                    lambda l, c, t: c["KSPLIT"] == 1 or _slice(l, c) >= c["WG"] * c["U"]),
-        Constraint("indices_fit_int32", "software",
-                   "kernels index with 32-bit ints (faster on GPUs): the weight must stay below "
-                   "2^31 elements",
-                   lambda l, c, t: dense_dims(l)["OUT"] * dense_dims(l)["K"] <= 2 ** 31 - 1),
         Constraint("whole_warps", "hardware",
                    "a work-group that is not a whole number of SIMD groups leaves lanes idle",
                    lambda l, c, t: c["WG"] % t.simd_width == 0),
@@ -109,25 +106,11 @@ class DenseGemv(Variant):
     def fallback(self, layer, target):
         """The first valid point, in order of preference, whose grid gives every compute unit
         a work-group (splitting K if the rows alone do not); else the largest valid grid."""
-        from .gemm_tiles import is_valid
-        from .base import Config
-        best, best_wg = None, -1
-        for ks in (1, 2, 4, 8, 16, 32):
-            for wg in (256, 128, 64, 32):
-                for vw in (4, 2, 1):
-                    for r in (2, 1):
-                        for u in (2, 1):
-                            cfg = Config.of(WG=wg, R=r, VW=vw, U=u, KSPLIT=ks)
-                            if not is_valid(self, layer, cfg, target):
-                                continue
-                            groups = ceil_div(dense_dims(layer)["OUT"], r) * ks
-                            if groups >= target.compute_units:
-                                return cfg
-                            if groups > best_wg:
-                                best, best_wg = cfg, groups
-        if best is None:
-            raise AssertionError(f"{self.name}: no fallback for {layer.name} on {target.name}")
-        return best
+        points = [dict(WG=wg, R=r, VW=vw, U=u, KSPLIT=ks) for ks in (1, 2, 4, 8, 16, 32)
+                  for wg in (256, 128, 64, 32) for vw in (4, 2, 1) for r in (2, 1) for u in (2, 1)]
+        out = dense_dims(layer)["OUT"]
+        return first_valid(self, layer, target, points,
+                           lambda c: ceil_div(out, c["R"]) * c["KSPLIT"])
 
     def registers(self, layer, cfg):
         """R*N accumulators, U*VW*(R+N) loaded values, R row pointers, ~16 for the rest."""

@@ -136,12 +136,6 @@ def kb_divides_group():
                       % cfg["KB"] == 0)
 
 
-def channel_block_constraints(items):
-    """The constraints of a direct convolution whose `items(layer, cfg)` work-items compute KB
-    output channels each (ChannelBlocked's, for a class that states them itself)."""
-    return flat_constraints(items, kb_divides_group())
-
-
 class ChannelBlocked(Blocked):
     """A direct convolution: each work-item computes KB output channels of one output, in one
     flat launch over input, weight, [bias] and output."""

@@ -15,6 +15,7 @@ register prefetch of the next K tile while the current one is multiplied.
 """
 from .base import Knob, Constraint, Variant, ceil_div, pow2_at_least, round_up
 from . import limits
+from .kernel_text import vtype
 from .limits import is_valid
 
 GEMM_KNOBS = (
@@ -212,15 +213,10 @@ def launch_geometry(cfg, mp, np_, batches):
 
 
 def template_names(cfg):
-    """Template helpers: vector type names and component suffixes."""
-    def vtype(w):
-        return "float" if w == 1 else f"float{w}"
-
-    def comp(w, i):
-        return "" if w == 1 else f".s{i:x}"
-
+    """The names the core's template reads beyond the knobs: derived sizes and the vector
+    types of A (realM) and B and C (realN)."""
     d = derived(cfg)
-    d.update(realM=vtype(cfg["VWM"]), realN=vtype(cfg["VWN"]), vtype=vtype, comp=comp)
+    d.update(realM=vtype(cfg["VWM"]), realN=vtype(cfg["VWN"]))
     return d
 
 

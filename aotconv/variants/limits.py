@@ -161,17 +161,9 @@ def variant_buffers_fit(variant, layer, cfg, limit, geo=None):
 
 
 
-# A variant's own constraint that a device constraint checks a superset of: left out of its
-# space, so that each rule is judged and reported once. The line stays in the variant's class
-# until that variant's records are next regenerated: the template hash covers the class source.
-SUPERSEDED = {"indices_fit_int32": "device.index_width"}
-
-
 def own_constraints(variant):
-    """The variant's constraints in level order (algorithm, software, hardware), less those a
-    device constraint supersedes."""
-    own = [c for c in variant.constraints if c.name not in SUPERSEDED]
-    return sorted(own, key=lambda c: LEVELS.index(c.level))
+    """The variant's constraints in level order (algorithm, software, hardware)."""
+    return sorted(variant.constraints, key=lambda c: LEVELS.index(c.level))
 
 
 def device_constraints(variant, target):

@@ -8,6 +8,9 @@
 ##     KLEN: the padded reduction length (a multiple of KWG). Leaves `acc[MWI][NVI]` (realN) and
 ##     the macros ROW(i, v) (row of vector i, component v) and COL(j) (first column of vector j).
 ## store_packed(C, LDC): writes acc unguarded into a packed, padded C (partials, Winograd).
+<%!
+from aotconv.variants.kernel_text import comp
+%>\
 <%def name="defines()">
 #define MWG ${MWG}        // tile rows (M) per work-group
 #define NWG ${NWG}        // tile columns (N) per work-group

@@ -1,10 +1,6 @@
 <%namespace name="c" file="_common.mako"/>\
 <%!
-def vtype(w):
-    return "float" if w == 1 else "float%d" % w
-
-def comp(w, i):
-    return "" if w == 1 else ".s%x" % i
+from aotconv.variants.kernel_text import comp, vtype
 %>\
 <%
     act, alpha = attrs["act"], attrs["alpha"]

@@ -1,14 +1,7 @@
 <%namespace name="c" file="_common.mako"/>\
 <%!
-def vtype(w):
-    return "float" if w == 1 else "float%d" % w
+from aotconv.variants.kernel_text import comp, indent, vtype
 
-def comp(w, i):
-    return "" if w == 1 else ".s%x" % i
-
-def indent(text, n):
-    pad = " " * n
-    return "".join(pad + l if l.strip() else l for l in text.splitlines(True))
 
 def define(name, value, comment=""):
     line = "#define %-10s %s" % (name, value)

@@ -1,5 +1,8 @@
 <%namespace name="c" file="_common.mako"/>\
 <%namespace name="s" file="_sgemm.mako"/>\
+<%!
+from aotconv.variants.kernel_text import comp
+%>\
 <%
     act_kind, alpha = attrs["act"], attrs["alpha"]
     residual = bool(attrs.get("residual"))      # an add fused in (aotconv.variants.residual)

@@ -1,22 +1,6 @@
 <%namespace name="c" file="_common.mako"/>\
 <%!
-def vtype(w):
-    return "float" if w == 1 else "float%d" % w
-
-def comp(w, i):
-    return "" if w == 1 else ".s%x" % i
-
-def indent(text, n):
-    pad = " " * n
-    return "".join(pad + l if l.strip() else l for l in text.splitlines(True))
-
-def plus(base, r, k, c=0):
-    """base + r * k + c as code, folded where the filter row r is a constant."""
-    if isinstance(r, int):
-        v = r * k + c
-        return base if v == 0 and base else ("%s + %d" % (base, v) if base else str(v))
-    e = "%s + %s * %d" % (base, r, k) if base else "%s * %d" % (r, k)
-    return e + (" + %d" % c if c else "")
+from aotconv.variants.kernel_text import comp, indent, plus, vtype
 %>\
 <%
     wmem = "__constant" if WCONST else "__global"
