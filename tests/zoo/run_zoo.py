@@ -1,5 +1,5 @@
 """The model zoo through the ONNX importer: every model of tests/zoo/models.py, exported by both
-PyTorch exporters, imported, built for pocl-cpu (--no-tune, batch 1) and compared with
+PyTorch exporters (and by the dynamo one before its optimiser), imported, built for pocl-cpu (--no-tune, batch 1) and compared with
 onnxruntime on the original .onnx (hybrid error < 1e-3 on the logits, the same top-1 class).
 
     make test-zoo                                    # all of them; writes results/pocl-cpu/zoo.md
@@ -40,7 +40,7 @@ def run_case(name, exporter, work, seed=0):
     from aotconv.runtime import load
 
     row = dict(model=name, exporter=exporter, nodes=None, layers=None, error=None, top1=None,
-               build_s=None, ok=False, why="")
+               build_s=None, scale=None, ok=False, why="")
     path = models.export(name, exporter, work / "onnx", seed)
     row["nodes"] = len(onnx.load(str(path), load_external_data=False).graph.node)
     try:
@@ -62,7 +62,7 @@ def run_case(name, exporter, work, seed=0):
     want = np.asarray(sess.run(None, {sess.get_inputs()[0].name: x})[0], np.float64)
     want = want.reshape(x.shape[0], -1)
     ok, err = close(got, want, TOL)
-    row["error"] = err
+    row["error"], row["scale"] = err, float(np.abs(want).max())
     row["top1"] = bool(np.array_equal(got.argmax(axis=1), want.argmax(axis=1)))
     row["ok"] = ok and row["top1"]
     if not ok:
@@ -90,21 +90,27 @@ def table(rows, command, started, wall):
         f"({platform.machine()}, PoCL): torch {torch.__version__}, torchvision "
         f"{torchvision.__version__}, onnx {onnx.__version__}, onnxruntime "
         f"{onnxruntime.__version__}, opset {models.OPSET}; {wall / 60:.1f} minutes in all "
-        f"(exports cached in build/zoo/onnx). Each model: torchvision's architecture with "
-        f"weights=None, seeded, BatchNorm running statistics randomised; exported by "
-        f"torch.onnx.export with dynamo=True and dynamo=False; `aotconv build model.onnx "
+        f"(exports cached in build/zoo/onnx, PoCL's kernel cache as the machine had it). Each "
+        f"model: torchvision's architecture with weights=None, seeded, BatchNorm running "
+        f"statistics randomised; exported by torch.onnx.export with dynamo=True (dynamo), "
+        f"dynamo=False (torchscript), and dynamo=True, optimize=False (dynamo-raw: the "
+        f"BatchNormalization nodes kept, which the other two fold into the convs themselves, so "
+        f"aotconv folds them); `aotconv build model.onnx "
         f"--target pocl-cpu --no-tune --batch 1`; the library's logits against onnxruntime's on "
-        f"the same random input (hybrid error: max |ours - ort| / max(1, |ort|)). ONNX nodes: "
+        f"the same random input (hybrid error: max |ours - ort| / max(1, |ort|); max logit: the largest |logit| of "
+        f"onnxruntime's, the scale that error is measured against). ONNX nodes: "
         f"in the exported file; layers: aotconv's after import (before fusion); build: import, "
         f"kernels, C runtime and ninja, in seconds.",
         "",
-        "| model | exporter | ONNX nodes | layers | max error | top-1 equal | build s | result |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | exporter | ONNX nodes | layers | max error | max logit | top-1 equal | build s "
+        "| result |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         top1 = "-" if r["top1"] is None else ("yes" if r["top1"] else "NO")
         lines.append(f"| {r['model']} | {r['exporter']} | {_fmt(r['nodes'], 'd')} | "
-                     f"{_fmt(r['layers'], 'd')} | {_fmt(r['error'], '.1e')} | {top1} | "
+                     f"{_fmt(r['layers'], 'd')} | {_fmt(r['error'], '.1e')} | "
+                     f"{_fmt(r['scale'], '.2g')} | {top1} | "
                      f"{_fmt(r['build_s'], '.0f')} | {'pass' if r['ok'] else 'FAIL'} |")
     failed = [r for r in rows if not r["ok"]]
     if failed:
@@ -140,7 +146,7 @@ def main(argv=None):
                 row = run_case(name, exporter, Path(args.work))
             except Exception as e:                     # a crash is a failure with its trace
                 row = dict(model=name, exporter=exporter, nodes=None, layers=None, error=None,
-                           top1=None, build_s=None, ok=False,
+                           top1=None, build_s=None, scale=None, ok=False,
                            why=f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
             rows.append(row)
             print(f"{name:20s} {exporter:12s} nodes {_fmt(row['nodes'], '4d')} layers "
