@@ -11,8 +11,8 @@ a variant-owned buffer). All groups are one batched launch (NDRange dimension 2)
 splits K over more work-groups for layers whose tile grid underfills the device (deep layers at
 batch 1); partial tiles then go to scratch and a small launch sums them with bias and act.
 """
-from .base import Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, Arg, ceil_div, \
-    round_up
+from .base import Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, Arg, bias_arg, \
+    ceil_div, round_up
 from .residual import with_residual
 from . import gemm_tiles as gt
 
@@ -38,21 +38,14 @@ def _point(d, c):
     d["NCP"] = round_up(d["NCOLS"], c["NWG"])
     d["CHUNKS"] = d["N"] // c["IMGS"]
     d["PART0"] = d["G"] * d["KP"] * d["NCP"]                         # partials follow col
+    d["GEMM"] = d["OG"], d["NCOLS"], ceil_div(d["KDIM"], ks)
+    d["TILES"] = d["G"] * (d["MP"] // c["MWG"]) * (d["NCP"] // c["NWG"])
+    d["PACKED"] = d["G"] * d["KP"] * d["MP"]
+    d["SCRATCH"] = d["PART0"] + (d["G"] * ks * d["MP"] * d["NCP"] if ks > 1 else 0)
     return d
 
 
 _dims = gt.dims_of("conv_im2col", _static, _point)
-
-
-def _gemm_dims(layer, cfg):
-    d = _dims(layer, cfg)
-    return d["OG"], d["NCOLS"], ceil_div(d["KDIM"], d["KSPLIT"])
-
-
-def _scratch(layer, cfg):
-    d = _dims(layer, cfg)
-    part = d["G"] * d["KSPLIT"] * d["MP"] * d["NCP"] if d["KSPLIT"] > 1 else 0
-    return d["PART0"] + part
 
 
 def _imgs_values(n):
@@ -66,22 +59,17 @@ def _imgs_values(n):
     return tuple(sorted(vals, reverse=True))
 
 
-def _tiles(layer, cfg):
-    d = _dims(layer, cfg)
-    return d["G"] * (d["MP"] // cfg["MWG"]) * (d["NCP"] // cfg["NWG"])
-
-
 class ConvIm2col(gt.GemmVariant):
     """Every conv: any stride, pad, dilation and group count."""
     name = "conv_im2col"
     ops = ("conv",)
     template = "kernels/conv_im2col.cl.mako"
     dims = staticmethod(_dims)
-    constraints = gt.gemm_constraints(_gemm_dims) + (
+    constraints = gt.gemm_constraints(_dims) + (
         Constraint("imgs_divide_batch", "algorithm",
                    "every chunk of images is the same GEMM, so IMGS must divide the batch",
                    lambda l, c, t: l.in_shape[0] % c["IMGS"] == 0),
-    ) + gt.split_k_constraints(lambda l: _dims(l)["KDIM"], _tiles)
+    ) + gt.split_k_constraints(lambda l: _dims(l)["KDIM"], _dims)
 
     def knobs(self, layer, target):
         return list(gt.GEMM_KNOBS) + [
@@ -94,23 +82,16 @@ class ConvIm2col(gt.GemmVariant):
         return gt.first_valid(self, layer, target,
                               [dict(KSPLIT=k, IMGS=v) for v in _imgs_values(layer.in_shape[0])
                                for k in (1, 2, 4, 8)],
-                              lambda l, c: _tiles(l, c) * c["KSPLIT"])
+                              lambda l, c: _dims(l, c)["TILES"] * c["KSPLIT"])
 
     def template_params(self, layer, cfg):
         d = super().template_params(layer, cfg)
         d["VEC_STORE"] = cfg["VWN"] > 1 and d["PQ"] % cfg["VWN"] == 0
         return d
 
-    def buffers(self, layer, cfg):
-        d = _dims(layer, cfg)
-        return {"wpack": d["G"] * d["KP"] * d["MP"]}
-
-    def scratch_floats(self, layer, cfg):
-        return _scratch(layer, cfg)
-
     def launches(self, layer, cfg, prefix):
         d = _dims(layer, cfg)
-        bias = (Param("bias"),) if layer.attrs["bias"] else ()
+        bias = bias_arg(layer)
         out = [Launch(f"{prefix}_pack", (Param("weight"), Buffer("wpack")),
                       (d["MP"], d["KP"], d["G"]), (16, 8, 1), phase="setup")]
         gg, gl = gt.launch_geometry(cfg, d["MP"], d["NCP"], d["G"] * d["KSPLIT"])

@@ -15,7 +15,8 @@ transforms are unrolled at render time from the exact matrices below with zero t
 """
 from fractions import Fraction as F
 
-from .base import Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, ceil_div, round_up
+from .base import Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, bias_arg, \
+    ceil_div, round_up
 from .residual import residual_reason
 from . import gemm_tiles as gt
 
@@ -91,15 +92,14 @@ def _point(d, c):
     d["TP"] = round_up(d["T"], c["NWG"])
     d["AA"] = d["A"] * d["A"]
     d["MO0"] = d["AA"] * d["CP"] * d["TP"]           # scratch offset of Mo, after V
+    d["GEMM"] = d["OUT"], d["T"], d["C"]
+    d["TILES"] = d["AA"] * (d["KP"] // c["MWG"]) * (d["TP"] // c["NWG"])
+    d["PACKED"] = d["AA"] * d["CP"] * d["KP"]
+    d["SCRATCH"] = d["MO0"] + d["AA"] * d["KP"] * d["TP"]
     return d
 
 
 _dims = gt.dims_of("conv_winograd", _static, _point)
-
-
-def _gemm_dims(layer, cfg):
-    d = _dims(layer, cfg)
-    return d["OUT"], d["T"], d["C"]
 
 
 # F(4x4)'s error grows with C (about C^0.4): measured 6e-5 at C = 512 and 3.0e-4 at C = 16384
@@ -113,7 +113,8 @@ class ConvWinograd(gt.GemmVariant):
     ops = ("conv",)
     template = "kernels/conv_winograd.cl.mako"
     dims = staticmethod(_dims)
-    constraints = gt.gemm_constraints(_gemm_dims) + (
+    packed = "u"
+    constraints = gt.gemm_constraints(_dims) + (
         Constraint("f4_accuracy", "algorithm",
                    f"F(4x4,3x3) rounding error grows with the reduction length C; it is measured "
                    f"within the 1e-3 tolerance (3e-4) only up to C = {F4_MAX_C}",
@@ -144,24 +145,16 @@ class ConvWinograd(gt.GemmVariant):
 
     def fallback(self, layer, target):
         return gt.first_valid(self, layer, target, [dict(M=2)],
-                              lambda l, c: _dims(l, c)["AA"] * (_dims(l, c)["KP"] // c["MWG"]) *
-                              (_dims(l, c)["TP"] // c["NWG"]))
+                              lambda l, c: _dims(l, c)["TILES"])
 
     def template_params(self, layer, cfg):
         d = super().template_params(layer, cfg)
         d["TF"] = transforms(cfg["M"])
         return d
 
-    def buffers(self, layer, cfg):
-        d = _dims(layer, cfg)
-        return {"u": d["AA"] * d["CP"] * d["KP"]}
-
-    def scratch_floats(self, layer, cfg):
-        return _scratch(layer, cfg)
-
     def launches(self, layer, cfg, prefix):
         d = _dims(layer, cfg)
-        bias = (Param("bias"),) if layer.attrs["bias"] else ()
+        bias = bias_arg(layer)
         gg, gl = gt.launch_geometry(cfg, d["KP"], d["TP"], d["AA"])
         return [
             Launch(f"{prefix}_filter", (Param("weight"), Buffer("u")),
@@ -172,8 +165,3 @@ class ConvWinograd(gt.GemmVariant):
             Launch(f"{prefix}_output", (Scratch(),) + bias + (Out(),),
                    (round_up(d["T"], 64), d["OUT"]), (64, 1)),
         ]
-
-
-def _scratch(layer, cfg):
-    d = _dims(layer, cfg)
-    return d["MO0"] + d["AA"] * d["KP"] * d["TP"]

@@ -26,25 +26,14 @@ def _point(d, c):
     d["KCH"] = round_up(ceil_div(d["K"], ks), c["KWG"])
     d["KP"] = ks * d["KCH"]
     d["PART0"] = d["KP"] * d["MP"]
+    d["GEMM"] = d["N"], d["OUT"], ceil_div(d["K"], ks)
+    d["TILES"] = (d["MP"] // c["MWG"]) * (d["NP"] // c["NWG"])
+    d["PACKED"] = d["KP"] * d["NP"]
+    d["SCRATCH"] = d["PART0"] + (ks * d["MP"] * d["NP"] if ks > 1 else 0)
     return d
 
 
 _dims = gt.dims_of("dense_gemm", dense_dims, _point)
-
-
-def _gemm_dims(layer, cfg):
-    d = _dims(layer, cfg)
-    return d["N"], d["OUT"], ceil_div(d["K"], d["KSPLIT"])
-
-
-def _scratch(layer, cfg):
-    d = _dims(layer, cfg)
-    return d["PART0"] + (d["KSPLIT"] * d["MP"] * d["NP"] if d["KSPLIT"] > 1 else 0)
-
-
-def _tiles(layer, cfg):
-    d = _dims(layer, cfg)
-    return (d["MP"] // cfg["MWG"]) * (d["NP"] // cfg["NWG"])
 
 
 class DenseGemm(gt.GemmVariant):
@@ -52,8 +41,8 @@ class DenseGemm(gt.GemmVariant):
     ops = ("dense", "conv")
     template = "kernels/dense_gemm.cl.mako"
     dims = staticmethod(_dims)
-    constraints = gt.gemm_constraints(_gemm_dims) + gt.split_k_constraints(
-        lambda l: _dims(l)["K"], _tiles)
+    constraints = gt.gemm_constraints(_dims) + gt.split_k_constraints(
+        lambda l: _dims(l)["K"], _dims)
 
     def supports(self, layer):
         why = dense_reason(layer)
@@ -65,7 +54,7 @@ class DenseGemm(gt.GemmVariant):
 
     def fallback(self, layer, target):
         return gt.first_valid(self, layer, target, [dict(KSPLIT=k) for k in (1, 2, 4, 8, 16)],
-                              lambda l, c: _tiles(l, c) * c["KSPLIT"])
+                              lambda l, c: _dims(l, c)["TILES"] * c["KSPLIT"])
 
     def local_mem_bytes(self, layer, cfg):
         return max(gt.local_mem_bytes(cfg), 4 * TT * (TT + 1))
@@ -75,13 +64,6 @@ class DenseGemm(gt.GemmVariant):
         d["VEC_STORE"] = cfg["VWN"] > 1 and d["OUT"] % cfg["VWN"] == 0
         d["TT"] = TT
         return d
-
-    def buffers(self, layer, cfg):
-        d = _dims(layer, cfg)
-        return {"wpack": d["KP"] * d["NP"]}
-
-    def scratch_floats(self, layer, cfg):
-        return _scratch(layer, cfg)
 
     def launches(self, layer, cfg, prefix):
         d = _dims(layer, cfg)

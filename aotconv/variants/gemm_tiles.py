@@ -75,7 +75,8 @@ def local_mem_bytes(cfg):
 
 
 def gemm_constraints(dims):
-    """The core's constraints; `dims(layer, cfg)` gives the problem's (M, N, K) before padding."""
+    """The core's constraints; `dims(layer, cfg)["GEMM"]` is the problem's (M, N, K) before
+    padding (dims_of)."""
     def ok_pow2(size, tile, floor):
         return tile <= max(floor, pow2_at_least(size))
 
@@ -98,13 +99,13 @@ def gemm_constraints(dims):
                    lambda l, c, t: (c["MWG"] // c["MDIMC"]) * (c["NWG"] // c["NDIMC"]) <= 128),
         Constraint("m_tile_not_oversized", "software",
                    "a tile beyond the next power of two above M (floor 16) computes only padding",
-                   lambda l, c, t: ok_pow2(dims(l, c)[0], c["MWG"], 16)),
+                   lambda l, c, t: ok_pow2(dims(l, c)["GEMM"][0], c["MWG"], 16)),
         Constraint("n_tile_not_oversized", "software",
                    "a tile beyond the next power of two above N (floor 16) computes only padding",
-                   lambda l, c, t: ok_pow2(dims(l, c)[1], c["NWG"], 16)),
+                   lambda l, c, t: ok_pow2(dims(l, c)["GEMM"][1], c["NWG"], 16)),
         Constraint("k_tile_not_oversized", "software",
                    "a K step beyond the next power of two above K (floor 8) multiplies zeros",
-                   lambda l, c, t: ok_pow2(dims(l, c)[2], c["KWG"], 8)),
+                   lambda l, c, t: ok_pow2(dims(l, c)["GEMM"][2], c["KWG"], 8)),
         Constraint("whole_warps", "hardware",
                    "a work-group that is not a whole number of SIMD groups leaves lanes idle",
                    lambda l, c, t: (c["MDIMC"] * c["NDIMC"]) % t.simd_width == 0),
@@ -158,7 +159,9 @@ def point_memo(layer, cfg, tag, fn):
 def dims_of(tag, static, point):
     """`dims(layer, cfg=None)` of a variant: with no cfg, static(layer), its sizes that read no
     knob, remembered per layer; with a cfg, point(d, c) (d: a fresh copy of those sizes, c:
-    the knobs as a dict) for the point being judged."""
+    the knobs as a dict) for the point being judged, which also gives GEMM (the core's M, N and
+    K before padding), TILES (the work-groups of one GEMM launch), PACKED (floats of the packed
+    weights) and SCRATCH (floats of scratch)."""
     def at_point(layer, cfg):
         return point(dict(layer_memo(layer, tag, static)), cfg.as_dict())
 
@@ -169,9 +172,10 @@ def dims_of(tag, static, point):
     return dims
 
 
-def split_k_constraints(reduction, tiles):
+def split_k_constraints(reduction, dims):
     """The constraints of knob KSPLIT (K slices computed by separate work-groups, summed after):
-    `reduction(layer)` is the length of K, `tiles(layer, cfg)` the tile grid's work-groups."""
+    `reduction(layer)` is the length of K, `dims(layer, cfg)["TILES"]` the tile grid's
+    work-groups."""
     return (
         Constraint("split_slices_deep", "software",
                    "each K slice must hold at least 4 K steps, or the partial-sum traffic costs "
@@ -182,16 +186,24 @@ def split_k_constraints(reduction, tiles):
                    "split-K pays only when the tile grid alone is smaller than two work-groups "
                    "per compute unit",
                    lambda l, c, t: c["KSPLIT"] == 1 or
-                   tiles(l, c) < 2 * t.compute_units * max(1, t.min_wg_per_cu)),
+                   dims(l, c)["TILES"] < 2 * t.compute_units * max(1, t.min_wg_per_cu)),
     )
 
 
 class GemmVariant(Variant):
     """A variant around the core: the core's register and local-memory estimates, and as
     template parameters its sizes `dims(layer, cfg)` (dims_of), the core's names
-    (template_names) and HAS_BIAS. Its scratch holds the packed activations."""
+    (template_names) and HAS_BIAS. It owns one buffer, `packed` (the packed weights, PACKED
+    floats), and SCRATCH floats of scratch (the packed activations, partial sums)."""
     scratch = True
     dims = None                 # staticmethod(dims_of(...))
+    packed = "wpack"
+
+    def buffers(self, layer, cfg):
+        return {self.packed: self.dims(layer, cfg)["PACKED"]}
+
+    def scratch_floats(self, layer, cfg):
+        return self.dims(layer, cfg)["SCRATCH"]
 
     def registers(self, layer, cfg):
         return est_registers(cfg)
