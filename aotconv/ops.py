@@ -50,6 +50,7 @@ SCHEMA = {
     "mul": {},
     "channel_shuffle": {"groups": (_int, REQUIRED)},
     "channel_slice": {"start": (_int, REQUIRED), "end": (_int, REQUIRED)},
+    "crop": {"top": (_int, 0), "left": (_int, 0), "bottom": (_int, 0), "right": (_int, 0)},
 }
 # how many inputs each op takes (None: two or more)
 ARITY = {op: 1 for op in SCHEMA}
@@ -150,6 +151,10 @@ def normalise(op, raw):
             raise OpError("start", f"must be >= 0, got {a['start']}")
         if a["end"] <= a["start"]:
             raise OpError("end", f"must be greater than start {a['start']}, got {a['end']}")
+    elif op == "crop":
+        for key in ("top", "left", "bottom", "right"):
+            if a[key] < 0:
+                raise OpError(key, f"must be >= 0, got {a[key]}")
     elif op == "dropout":
         a["p"] = float(a["p"])
         if not 0.0 <= a["p"] < 1.0:
@@ -263,6 +268,13 @@ def infer(op, a, in_shapes):
             raise OpError("end", f"{a['end']} is past the input's {c} channels; the slice is "
                                  f"channels [start, end) of them")
         return (n, a["end"] - a["start"], h, w), []
+    if op == "crop":
+        for key, size, lo, hi in (("bottom", h, "top", "bottom"), ("right", w, "left", "right")):
+            if a[lo] + a[hi] >= size:
+                what = "height" if key == "bottom" else "width"
+                raise OpError(key, f"{lo} {a[lo]} and {hi} {a[hi]} leave nothing of the input "
+                                   f"{what} {size}; a crop keeps at least one row and column")
+        return (n, c, h - a["top"] - a["bottom"], w - a["left"] - a["right"]), []
     if op == "batchnorm":
         return (n, c, h, w), [(t, (c,)) for t in ("gamma", "beta", "mean", "var")]
     if op == "conv_pool":
@@ -305,7 +317,7 @@ def flops(layer):
         c = layer.in_shape[1] // a["groups"]
         return (2 * count(mid) * c * a["kernel"][0] * a["kernel"][1]
                 + n_out * pool["kernel"][0] * pool["kernel"][1])
-    if op in ("layout_convert", "channel_shuffle", "channel_slice"):
+    if op in ("layout_convert", "channel_shuffle", "channel_slice", "crop"):
         return 0                                          # copies: no arithmetic
     if op in ("scale", "mul"):
         return n_out

@@ -214,6 +214,9 @@ def forward(layer, inputs, params):
         return x.reshape(n, g, c // g, h, w).transpose(0, 2, 1, 3, 4).reshape(n, c, h, w)
     if op == "channel_slice":
         return x[:, a["start"]:a["end"]].copy()
+    if op == "crop":
+        _, _, h, w = x.shape
+        return x[:, :, a["top"]:h - a["bottom"], a["left"]:w - a["right"]].copy()
     if op == "layout_convert":
         # logically the identity: only the storage order changes, which the variant states
         # (layouts_of = (src, dst)) and whoever runs it applies (to_layout / from_layout)

@@ -6,9 +6,9 @@ flattened in C, H, W order), max/avg pooling with ceil_mode and count_include_pa
 global_avgpool, the activations (relu6, hardswish, silu and gelu as PyTorch's own; clip and
 hardsigmoid with their alpha and beta as clamps), softmax over channels, LocalResponseNorm,
 concat, add, batchnorm (inference), dropout (identity), flatten, scale and mul (x * s),
-channel_shuffle (PyTorch's ShuffleNet reshape-transpose-reshape) and channel_slice. Tensors keep aotconv's
-convention: 4-D NCHW, dense outputs (N, F, 1, 1), so every intermediate can be compared with
-ours.
+channel_shuffle (PyTorch's ShuffleNet reshape-transpose-reshape), channel_slice and crop.
+Tensors keep aotconv's convention: 4-D NCHW, dense outputs (N, F, 1, 1), so every
+intermediate can be compared with ours.
 """
 import numpy as np
 
@@ -105,6 +105,9 @@ def build(net, params, device="cpu"):
                 return x.reshape(n, g, c // g, h, w).transpose(1, 2).reshape(n, c, h, w)
             if op == "channel_slice":
                 return x[:, a["start"]:a["end"]]
+            if op == "crop":
+                h, w = x.shape[2], x.shape[3]
+                return x[:, :, a["top"]:h - a["bottom"], a["left"]:w - a["right"]]
             raise NotImplementedError(f"layer '{l.name}': op {op} has no PyTorch mapping")
 
     return Net().to(device).eval()

@@ -135,12 +135,16 @@ def test_pool_end_padding_that_equals_ceil_mode_is_ceil_mode(tmp_path, op):
     assert l["ceil_mode"] is True and "pad" not in l
 
 
-def test_pool_end_padding_that_is_not_ceil_mode_is_rejected(tmp_path):
-    # a 7x7 window, stride 1, over 7x7 padded by 1 at the end gives 2x2; ceil_mode gives 1x1
+def test_pool_end_padding_that_is_not_ceil_mode_is_a_symmetric_pool_then_a_crop(tmp_path):
+    # a 7x7 window, stride 1, over 7x7 padded by 1 at the end gives 2x2; ceil_mode gives 1x1:
+    # padded by 1 on both sides it gives 3x3, whose first row and column ONNX does not have
     m = model([node("AveragePool", ["x"], kernel_shape=[7, 7], pads=[0, 0, 1, 1], name="p")],
               [1, 2, 7, 7])
-    e = rejected(tmp_path, m)
-    assert e.problems[0].attr == "pads" and "symmetric" in e.problems[0].message
+    im = imp(tmp_path, m)
+    assert layers(im) == [{"op": "avgpool", "kernel": 7, "stride": 1, "pad": 1},
+                          {"op": "crop", "top": 1, "left": 1}]
+    assert [l["name"] for l in im.description["layers"]] == ["p", "p.crop"]
+    assert im.origins == {"p": ["p"], "p.crop": ["p"]}
 
 
 def test_pool_counting_end_padding_is_rejected(tmp_path):

@@ -1,7 +1,8 @@
 """The importer's mappings for what torchvision's MobileNet, EfficientNet and ShuffleNet export:
 Clip (relu6 / clip), HardSigmoid, HardSwish, Gelu, Mul (mul, and scale: squeeze-and-excitation),
-Mul(x, Sigmoid(x)) (silu), the channel shuffle pattern (Reshape, Transpose, Reshape), and Split /
-Slice of the channels (channel_slice). Each mapping is checked for its layers and, through
+Mul(x, Sigmoid(x)) (silu), the channel shuffle pattern (Reshape, Transpose, Reshape), Split /
+Slice / SplitToSequence of the channels (channel_slice), CastLike of a constant; and pools
+padded differently at the two ends (a symmetric pool, then a crop). Each mapping is checked for its layers and, through
 aotconv's float64 reference, against onnxruntime; each near miss is rejected with its reason.
 The last test builds a model of all of them on PoCL and checks the library against onnxruntime.
 """
@@ -296,6 +297,51 @@ def test_other_slices_are_rejected(tmp_path, starts, ends, axes, steps):
     assert (p.node, p.op) == ("slice", "Slice") and "only as channels [start, end)" in p.message
 
 
+# ---------------------------------------------------------------------------------------------
+# pools padded differently at the two ends: a symmetric pool, then a crop
+
+
+@pytest.mark.parametrize("op,attrs,shape,want_pool,want_crop", [
+    # Caffe2's Inception-v1: a 7x7 average padded at the end only, which ceil_mode is not
+    ("AveragePool", dict(kernel_shape=[7, 7], pads=[0, 0, 1, 1]), [1, 3, 7, 7],
+     {"pad": 1}, {"top": 1, "left": 1}),
+    ("AveragePool", dict(kernel_shape=[7, 7], pads=[0, 0, 1, 1], count_include_pad=1),
+     [1, 3, 7, 7], {"pad": 1, "count_include_pad": True}, {"top": 1, "left": 1}),
+    # SAME_UPPER / SAME_LOWER over an odd total
+    ("MaxPool", dict(kernel_shape=[2, 2], auto_pad="SAME_UPPER"), [1, 2, 5, 5],
+     {"pad": 1}, {"top": 1, "left": 1}),
+    ("AveragePool", dict(kernel_shape=[3, 2], auto_pad="SAME_LOWER"), [2, 2, 5, 6],
+     {"pad": 1}, {"right": 1}),
+    # begin larger than end: the last outputs dropped; stride 2 with the difference 2
+    ("MaxPool", dict(kernel_shape=[4, 4], strides=[2, 2], pads=[2, 0, 0, 2]), [1, 2, 9, 8],
+     {"pad": 2}, {"bottom": 1, "left": 1}),
+    ("AveragePool", dict(kernel_shape=[4, 4], strides=[2, 2], pads=[0, 0, 2, 2],
+                         count_include_pad=1), [1, 2, 8, 8],
+     {"pad": 2, "count_include_pad": True}, {"top": 1, "left": 1}),
+    # 1-D
+    ("MaxPool", dict(kernel_shape=[3], pads=[0, 1]), [1, 2, 9], {"pad": [1, 0]},
+     {"top": 1}),
+])
+def test_asymmetric_pool_pads_are_a_pool_and_a_crop(tmp_path, op, attrs, shape, want_pool,
+                                                    want_crop):
+    m = model([node(op, ["x"], name="p", **attrs)], shape)
+    got = layers(imp(tmp_path, m))
+    assert len(got) == 2 and got[1] == {"op": "crop", **want_crop}
+    assert {k: got[0][k] for k in want_pool} == want_pool and "ceil_mode" not in got[0]
+
+
+@pytest.mark.parametrize("attrs,message", [
+    (dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1], count_include_pad=1),
+     "not a whole number of strides 2"),
+    (dict(kernel_shape=[3, 3], pads=[0, 0, 2, 2]), "more than half the window"),
+    (dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0], ceil_mode=1), "ceil_mode"),
+])
+def test_asymmetric_pools_a_crop_cannot_make_are_rejected(tmp_path, attrs, message):
+    m = model([node("AveragePool", ["x"], name="p", **attrs)], [1, 2, 14, 14])
+    p = rejected(tmp_path, m).problems[0]
+    assert (p.node, p.attr) == ("p", "pads") and message in p.message
+
+
 def test_the_error_lists_the_new_ops(tmp_path):
     m = model([node("Transpose", ["x"], perm=[0, 1, 3, 2], name="t")], [1, 2, 3, 4])
     text = str(rejected(tmp_path, m))
@@ -308,8 +354,9 @@ def test_the_error_lists_the_new_ops(tmp_path):
 
 
 def test_se_and_shuffle_model_builds_and_matches_onnxruntime(tmp_path):
-    """A ShuffleNet unit with squeeze-and-excitation and SiLU: `aotconv build --no-tune
-    --check` on PoCL, then the library against onnxruntime."""
+    """A ShuffleNet unit with squeeze-and-excitation, SiLU and a SAME_UPPER max pool (a pool
+    and a crop): `aotconv build --no-tune --check` on PoCL, then the library against
+    onnxruntime."""
     from aotconv.cli import main
     from aotconv.harness import close
     from aotconv.runtime import load
@@ -320,7 +367,9 @@ def test_se_and_shuffle_model_builds_and_matches_onnxruntime(tmp_path):
         node("Sigmoid", ["c1"], ["sg"]), node("Mul", ["c1", "sg"], ["act"]),
         node("GlobalAveragePool", ["act"], ["p"]), node("Conv", ["p", "w2", "b2"], ["f"]),
         node("HardSigmoid", ["f"], ["s"], alpha=1 / 6), node("Mul", ["s", "act"], ["se"]),
-        node("Clip", ["se", "zero", "six"], ["r6"]), node("Concat", ["h1", "r6"], ["cat"], axis=1),
+        node("Clip", ["se", "zero", "six"], ["r6"]),
+        node("MaxPool", ["r6"], ["mp"], kernel_shape=[2, 2], auto_pad="SAME_UPPER"),
+        node("Concat", ["h1", "mp"], ["cat"], axis=1),
     ]
     sh, inits = shuffle_nodes(1, 8, 6, 5, 2)
     sh[0].input[0] = "cat"
@@ -329,7 +378,8 @@ def test_se_and_shuffle_model_builds_and_matches_onnxruntime(tmp_path):
     path = save(model(nodes + sh, [1, 8, 6, 5], inits=inits, opset=18), tmp_path / "u.onnx")
     ops = [l["op"] for l in import_model(path).description["layers"]]
     assert ops == ["channel_slice", "channel_slice", "conv", "silu", "global_avgpool", "conv",
-                   "hardsigmoid", "scale", "relu6", "concat", "channel_shuffle"]
+                   "hardsigmoid", "scale", "relu6", "maxpool", "crop", "concat",
+                   "channel_shuffle"]
     out = tmp_path / "build"
     assert main(["build", path, "--target", "pocl-cpu", "--no-tune", "--check", "--quiet",
                  "-o", str(out)]) == 0

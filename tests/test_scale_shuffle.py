@@ -1,5 +1,6 @@
 """The ops of squeeze-and-excitation and ShuffleNet: scale (x [N, C, H, W] times s [N, C, 1, 1]),
-mul (same shapes), channel_shuffle (groups) and channel_slice (start, end).
+mul (same shapes), channel_shuffle (groups) and channel_slice (start, end); and crop (top, left,
+bottom, right), which follows a pool whose ONNX padding differs at the two ends.
 
 Device-free: the schema, shape inference and errors, the numpy reference against an independent
 loop, the variants' spaces (the fallback valid on every target) and rendering. PoCL: each variant
@@ -47,9 +48,15 @@ SWEEP = [
     ("slice_second_half_b2", "channel_slice", [(2, 10, 3, 7)], {"start": 5, "end": 10}),
     ("slice_middle_1x1", "channel_slice", [(1, 9, 1, 1)], {"start": 3, "end": 4}),
     ("slice_all", "channel_slice", [(1, 3, 7, 11)], {"start": 0, "end": 3}),
+    ("crop_top_left", "crop", [(1, 3, 3, 3)], {"top": 1, "left": 1}),
+    ("crop_all_sides_b2", "crop", [(2, 5, 9, 13)], {"top": 2, "left": 1, "bottom": 3, "right": 4}),
+    ("crop_to_1x1", "crop", [(1, 7, 2, 2)], {"bottom": 1, "right": 1}),
+    ("crop_nothing", "crop", [(1, 2, 5, 3)], {}),
+    ("crop_rows_only", "crop", [(1, 4, 29, 31)], {"top": 3, "bottom": 5}),
 ]
 VARIANT_OF = {"scale": "scale_direct", "mul": "scale_direct",
-              "channel_shuffle": "channel_shuffle_direct", "channel_slice": "channel_slice_direct"}
+              "channel_shuffle": "channel_shuffle_direct", "channel_slice": "channel_slice_direct",
+              "crop": "crop_direct"}
 
 
 def loop_reference(op, xs, a):
@@ -71,6 +78,11 @@ def loop_reference(op, xs, a):
             for k in range(c // g):
                 y[:, k * g + i] = x[:, i * (c // g) + k]
         return y
+    if op == "crop":
+        rows = range(a["top"], h - a["bottom"])
+        cols = range(a["left"], w - a["right"])
+        return np.array([[[[x[i, j, r, q] for q in cols] for r in rows] for j in range(c)]
+                         for i in range(n)])
     return np.stack([x[:, j] for j in range(a["start"], a["end"])], axis=1)
 
 
@@ -131,6 +143,9 @@ def net(layers, shape=(1, 8, 4, 4)):
     ([{"name": "c", "op": "channel_slice", "start": 4, "end": 4}], "end",
      "must be greater than start 4"),
     ([{"name": "c", "op": "channel_slice", "start": -1, "end": 4}], "start", "must be >= 0"),
+    ([{"name": "c", "op": "crop", "top": 2, "bottom": 2}], "bottom",
+     "top 2 and bottom 2 leave nothing of the input height 4"),
+    ([{"name": "c", "op": "crop", "left": -1}], "left", "must be >= 0"),
 ])
 def test_bad_layers_are_one_line_errors(layers, key, message):
     with pytest.raises(SpecError, match=message) as e:
@@ -194,8 +209,8 @@ def test_variant_matches_reference_on_pocl(case_id):
         assert ok, f"{v.name} [{cfg}] on {layer.signature_str()}: max error {err:.3g}"
 
 
-def test_network_of_the_four_ops_through_the_library(tmp_path):
-    """squeeze-and-excitation and a ShuffleNet unit built with --no-tune, run through the
+def test_network_of_the_new_ops_through_the_library(tmp_path):
+    """squeeze-and-excitation, a ShuffleNet unit and a crop built with --no-tune, run through the
     emitted library against the numpy reference and, where installed, PyTorch."""
     import yaml
     from aotconv import params as params_mod
@@ -214,6 +229,7 @@ def test_network_of_the_four_ops_through_the_library(tmp_path):
         {"name": "sq", "op": "mul", "inputs": ["c2", "c2"]},
         {"name": "cat", "op": "concat", "inputs": ["left", "sq"]},
         {"name": "shuffle", "op": "channel_shuffle", "groups": 2},
+        {"name": "crop", "op": "crop", "top": 1, "right": 2},
     ]}
     src = tmp_path / "se_shuffle.yaml"
     src.write_text(yaml.safe_dump(desc))

@@ -79,12 +79,18 @@ def _assemble(g, file, net, input_shape, source_opset):
         lname = namer(n.name, n.op)
         d = {"name": lname, **m.layer, "inputs": [layer_of[t] for t in m.inputs]}
         layers.append(d)
-        layer_of[n.outputs[0]] = lname
         for k, a in m.tensors.items():
             tensors[f"{lname}.{k}"] = a
         origins[lname] = [n.name] + list(n.merged)
-        onnx_shapes[lname] = g.shapes[n.outputs[0]]
+        onnx_shapes[lname] = m.shape if m.after else g.shapes[n.outputs[0]]
         nodes[lname] = n
+        for suffix, keys in m.after:          # layers that finish the node, one after another
+            prev, lname = lname, namer(f"{n.name}:{suffix}", n.op)
+            layers.append({"name": lname, **keys, "inputs": [prev]})
+            origins[lname] = [n.name]
+            onnx_shapes[lname] = g.shapes[n.outputs[0]]
+            nodes[lname] = n
+        layer_of[n.outputs[0]] = lname
     note = (f" (read at opset {g.opset}, converted from {source_opset})"
             if source_opset != g.opset else "")
     if problems:

@@ -25,6 +25,10 @@ class Mapped:
     layer: dict                        # net.yaml keys other than name and inputs
     inputs: list                       # run-time tensors it reads
     tensors: dict = field(default_factory=dict)     # aotconv tensor name -> float32 array
+    # layers that follow this one, each reading the one before, the last giving the node's
+    # output: [(name suffix, net.yaml keys)]; then `shape` is the first layer's output (4-D)
+    after: list = field(default_factory=list)
+    shape: tuple = None
 
 
 class _Node:
@@ -240,20 +244,29 @@ def _pool(c):
         c.bad("dilations", f"{c.attr('dilations')}: aotconv's pools have no dilation")
     ceil = int(c.attr("ceil_mode", 0))
     avg_counts_pad = c.n.op == "AveragePool" and int(c.attr("count_include_pad", 0))
+    x2 = embed(x)
+    crop, given = None, (list(begins), list(ends))
     if begins != ends:
         # extra padding at the end only (Caffe's ceil mode, as exporters write it) is
         # ceil_mode where both give the same windows: the extra pads hold no input and,
         # unless an average counts them, change nothing
-        x2 = embed(x)
         same = [_pool_out(x2[2 + i], k2[i], s2[i], begins[i], True) ==
                 _pool_out(x2[2 + i] + ends[i] - begins[i], k2[i], s2[i], begins[i], False)
                 for i in range(2)]
-        if ceil or avg_counts_pad or any(e < b for b, e in zip(begins, ends)) or not all(same):
-            c.stop("pads", f"asymmetric padding (begin {begins}, end {ends}): aotconv's pools "
-                           f"pad symmetrically (end padding is taken only where it equals "
-                           f"ceil_mode)")
-        ceil = 1
+        if not (ceil or avg_counts_pad or any(e < b for b, e in zip(begins, ends))) \
+                and all(same):
+            ceil = 1
+        elif ceil:
+            c.stop("pads", f"asymmetric padding (begin {begins}, end {ends}) with ceil_mode: "
+                           f"aotconv takes asymmetric pads without ceil_mode, or end pads "
+                           f"that equal ceil_mode")
+        else:
+            begins, crop = _crop_of(c, x2, k2, s2, begins, ends)
     if any(2 * p > k for p, k in zip(begins, k2)):
+        if crop is not None or given[0] != given[1]:
+            c.stop("pads", f"asymmetric padding (begin {given[0]}, end {given[1]}): padded "
+                           f"symmetrically by the larger, {begins}, the pool would pad more "
+                           f"than half the window {k2}, which aotconv's pools do not")
         c.stop("pads", f"pads {begins} exceed half the window {k2}: aotconv's pools pad at "
                        f"most half the window")
     op = "maxpool" if c.n.op == "MaxPool" else "avgpool"
@@ -264,7 +277,38 @@ def _pool(c):
         layer["ceil_mode"] = True
     if avg_counts_pad:
         layer["count_include_pad"] = True
+    if crop:
+        shape = tuple(x2[:2]) + tuple(_pool_out(x2[2 + i], k2[i], s2[i], begins[i], False)
+                                      for i in range(2))
+        return Mapped(layer, [c.n.input(0)], after=[("crop", {"op": "crop", **crop})],
+                      shape=shape)
     return Mapped(layer, [c.n.input(0)])
+
+
+def _crop_of(c, x2, k2, s2, begins, ends):
+    """Pads (begin b, end e) per axis as a pool padded symmetrically by p = max(b, e) whose
+    first (p - b) / s and last outputs are then dropped: the windows ONNX has are those of the
+    symmetric pool between them, and hold the same input (the extra pads are outside every
+    window kept, so neither a max nor an average, counting pads or not, sees them). Returns the
+    symmetric pads and the crop's keys (None where nothing is dropped)."""
+    sym, crop = [], {}
+    for i, (lo_key, hi_key) in enumerate((("top", "bottom"), ("left", "right"))):
+        b, e, k, s, size = begins[i], ends[i], k2[i], s2[i], x2[2 + i]
+        p = max(b, e)
+        if (p - b) % s:
+            c.stop("pads", f"asymmetric padding (begin {begins}, end {ends}): the windows "
+                           f"start {p - b} after those of a pool padded by {p} on both sides, "
+                           f"not a whole number of strides {s}; aotconv pads its pools "
+                           f"symmetrically and crops whole outputs")
+        lo = (p - b) // s
+        hi = _pool_out(size, k, s, p, False) - lo - _pool_out(size + b + e - 2 * p, k, s, p,
+                                                               False)
+        sym.append(p)
+        if lo:
+            crop[lo_key] = lo
+        if hi:
+            crop[hi_key] = hi
+    return sym, crop or None
 
 
 def _pool_out(size, k, s, p, ceil):

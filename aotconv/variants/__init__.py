@@ -27,6 +27,7 @@ from .dense_gemv import DenseGemv
 from .dense_gemm import DenseGemm
 from .scale import ScaleDirect
 from .channel_copy import ChannelShuffleDirect, ChannelSliceDirect
+from .crop import CropDirect
 
 VARIANTS = [
     Eltwise(),
@@ -52,6 +53,7 @@ VARIANTS = [
     ScaleDirect(),
     ChannelShuffleDirect(),
     ChannelSliceDirect(),
+    CropDirect(),
 ]
 BY_NAME = {v.name: v for v in VARIANTS}
 
