@@ -13,7 +13,8 @@ Domain: 1x1 kernels with stride 1 and no padding, any dilation (it has no effect
 kernel) and any groups; NCHW in and out.
 """
 from .base import Variant, Knob, Constraint, Launch, In, Out, Param, ceil_div, pow2_at_least
-from .conv_common import conv_sizes, enough_work_groups, thread_dims, whole_simd_groups
+from .conv_common import (conv_sizes, domain_reason, enough_work_groups, thread_dims,
+                          whole_simd_groups)
 from .limits import first_valid
 from .residual import with_residual
 
@@ -83,18 +84,11 @@ class Conv1x1(Variant):
     )
 
     def supports(self, layer):
-        why = super().supports(layer)
-        if why:
-            return why
-        a = layer.attrs
-        if tuple(a["kernel"]) != (1, 1):
-            return f"{self.name} needs a 1x1 kernel, not {a['kernel'][0]}x{a['kernel'][1]}"
-        if tuple(a["stride"]) != (1, 1):
-            return f"{self.name} needs stride 1, not {tuple(a['stride'])}: a strided 1x1 " \
-                   "conv reads a subsampled input that is not a plain matrix"
-        if any(a["pad"]):
-            return f"{self.name} needs no padding, not {tuple(a['pad'])}"
-        return None
+        return super().supports(layer) or domain_reason(self, layer, (
+            ("kernel", (1, 1)),
+            ("stride", (1, 1), "a strided 1x1 conv reads a subsampled input that is not a plain "
+                               "matrix"),
+            ("pad", 0)))
 
     def knobs(self, layer, target):
         return [Knob("MT", (4, 8, 2, 1), "outputs per work-item along M (register block)"),

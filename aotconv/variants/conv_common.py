@@ -61,6 +61,27 @@ def enough_work_groups(work_groups):
                       "unit when the layer has enough 64x64 tiles to give them", ok)
 
 
+def _shown(key, v):
+    if key == "pad":
+        return "none" if not any(v) else str(tuple(v))
+    return "x".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
+
+
+def domain_reason(variant, layer, needs):
+    """None when the conv `layer` has what `needs` asks, else why `variant` declines it: each
+    need is (attribute, value[, why]), an attribute equal to its value (a tuple for kernel,
+    stride and dilation; pad 0 for no padding at all)."""
+    a = layer.attrs
+    for key, want, *why in needs:
+        got = a[key]
+        ok = not any(got) if key == "pad" and want == 0 else (
+            tuple(got) == tuple(want) if isinstance(want, tuple) else got == want)
+        if not ok:
+            return (f"{variant.name} needs {key} {_shown(key, want if key != 'pad' else (0,))}, "
+                    f"not {_shown(key, got)}" + (f": {why[0]}" if why else ""))
+    return None
+
+
 def row_span(layer, qt):
     """Input columns QT consecutive windows of one filter row cover."""
     a = layer.attrs

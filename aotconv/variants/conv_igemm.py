@@ -33,6 +33,7 @@ one bounds check per column and step (10-15% on the H100's 3x3 and 5x5 layers).
 from .base import (Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch,
                    ceil_div, pow2_at_least, round_up)
 from .conv_common import conv_sizes, enough_work_groups, thread_dims, whole_simd_groups
+from .gemm_tiles import whole_vectors
 from .conv_common import simd_groups_ok  # noqa: F401  (conv_depthwise imports it from here)
 from .limits import first_valid
 from .residual import with_residual
@@ -206,12 +207,8 @@ class ConvIgemm(Variant):
         Constraint("split_k_partials_fit", "software",
                    "split-K partial tiles above 64 MiB of scratch",
                    lambda l, c, t: 4 * _partial_floats(l, c) <= _MAX_PARTIAL_BYTES),
-        Constraint("m_tile_whole_vectors", "algorithm",
-                   "each work-item holds MTHD = MBLK/MDIM rows as whole VW-wide vectors",
-                   lambda l, c, t: c["MBLK"] % (c["MDIM"] * c["VW"]) == 0),
-        Constraint("n_tile_whole_vectors", "algorithm",
-                   "each work-item holds NTHD = NBLK/NDIM columns as whole VW-wide vectors",
-                   lambda l, c, t: c["NBLK"] % (c["NDIM"] * c["VW"]) == 0),
+        whole_vectors("m", "MBLK", "MDIM", "VW"),
+        whole_vectors("n", "NBLK", "NDIM", "VW"),
         Constraint("a_load_covers_tile", "algorithm",
                    "the work-group loads the KBLK x MBLK weight tile in whole VW-wide vectors, "
                    "the same number per work-item, so the load needs no bounds check",

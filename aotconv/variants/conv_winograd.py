@@ -19,6 +19,7 @@ from .base import Knob, Constraint, Launch, In, Out, Param, Buffer, Scratch, bia
     ceil_div, round_up
 from .residual import residual_reason
 from . import gemm_tiles as gt
+from .conv_common import domain_reason
 
 # (G, B^T, A^T) of F(m x m, 3 x 3), interpolation points 0, +-1 (, +-2), infinity.
 MATRICES = {
@@ -125,19 +126,12 @@ class ConvWinograd(gt.GemmVariant):
     )
 
     def supports(self, layer):
-        why = super().supports(layer)
-        if why:
-            return why
-        a = layer.attrs
-        if tuple(a["kernel"]) != (3, 3):
-            return f"Winograd F(m,3x3) needs a 3x3 kernel, not {a['kernel']}"
-        if tuple(a["stride"]) != (1, 1):
-            return "Winograd tiles need stride 1"
-        if tuple(a["dilation"]) != (1, 1):
-            return "Winograd tiles need dilation 1"
-        if a["groups"] != 1:
-            return "this Winograd variant implements groups = 1 only"
-        return residual_reason(self, layer)
+        return super().supports(layer) or domain_reason(self, layer, (
+            ("kernel", (3, 3), "Winograd F(m, 3x3)"),
+            ("stride", (1, 1), "Winograd tiles"),
+            ("dilation", (1, 1), "Winograd tiles"),
+            ("groups", 1, "this Winograd variant implements ungrouped convolutions only"),
+        )) or residual_reason(self, layer)
 
     def knobs(self, layer, target):
         return [Knob("M", (2, 4), "output tile M x M: F(2x2,3x3) or F(4x4,3x3)")] + \

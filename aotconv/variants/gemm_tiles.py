@@ -74,6 +74,15 @@ def local_mem_bytes(cfg):
     return 4 * cfg["KWG"] * (cfg["MWG"] + cfg["NWG"])
 
 
+def whole_vectors(axis, tile, threads, width):
+    """`{axis}_tile_whole_vectors`: the `tile` knob's rows (m) or columns (n) are shared by
+    `threads` work-items, each holding its part as whole `width`-wide vectors."""
+    what = "rows" if axis == "m" else "columns"
+    return Constraint(f"{axis}_tile_whole_vectors", "algorithm",
+                      f"each work-item holds {tile}/{threads} {what} as whole {width}-wide vectors",
+                      lambda l, c, t: c[tile] % (c[threads] * c[width]) == 0)
+
+
 def gemm_constraints(dims):
     """The core's constraints; `dims(layer, cfg)["GEMM"]` is the problem's (M, N, K) before
     padding (dims_of)."""
@@ -81,12 +90,8 @@ def gemm_constraints(dims):
         return tile <= max(floor, pow2_at_least(size))
 
     return (
-        Constraint("m_tile_whole_vectors", "algorithm",
-                   "each work-item owns MWG/MDIMC rows held as whole VWM-wide vectors",
-                   lambda l, c, t: c["MWG"] % (c["MDIMC"] * c["VWM"]) == 0),
-        Constraint("n_tile_whole_vectors", "algorithm",
-                   "each work-item owns NWG/NDIMC columns held as whole VWN-wide vectors",
-                   lambda l, c, t: c["NWG"] % (c["NDIMC"] * c["VWN"]) == 0),
+        whole_vectors("m", "MWG", "MDIMC", "VWM"),
+        whole_vectors("n", "NWG", "NDIMC", "VWN"),
         Constraint("a_tile_even_loads", "algorithm",
                    "every work-item loads the same whole number of A vectors per K tile",
                    lambda l, c, t: (c["KWG"] * c["MWG"]) % (c["MDIMC"] * c["NDIMC"] * c["VWM"]) == 0),
