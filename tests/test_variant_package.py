@@ -114,3 +114,41 @@ def test_every_variant_declares_its_constraints_with_levels_and_reasons():
         network_from_dict({"name": "n", "input": [1, 2, 3, 3],
                            "layers": [{"name": "r", "op": "relu"}]}).layer("r")) == \
         "pool_direct implements maxpool or avgpool, not relu"
+
+
+def _conv(**kw):
+    return network_from_dict({"name": "n", "input": [1, 4, 9, 9], "layers": [
+        dict(name="c", op="conv", out=4, **kw)]}).layer("c")
+
+
+@pytest.mark.parametrize("kw, variant, why", [
+    (dict(kernel=3), "conv_1x1", "conv_1x1 needs kernel 1x1, not 3x3"),
+    (dict(kernel=1, stride=2), "conv_1x1", "needs stride 1x1, not 2x2: a strided 1x1 conv"),
+    (dict(kernel=1, pad=1), "conv_1x1", "conv_1x1 needs pad none, not (1, 1, 1, 1)"),
+    (dict(kernel=5), "conv_winograd", "conv_winograd needs kernel 3x3, not 5x5"),
+    (dict(kernel=3, stride=2), "conv_winograd", "needs stride 1x1, not 2x2"),
+    (dict(kernel=3, dilation=2, pad=2), "conv_winograd", "needs dilation 1x1, not 2x2"),
+    (dict(kernel=3, groups=2), "conv_winograd", "needs groups 1, not 2"),
+])
+def test_a_conv_outside_a_variants_domain_is_declined_with_the_reason(kw, variant, why):
+    assert why in BY_NAME[variant].supports(_conv(**kw))
+
+
+@pytest.mark.parametrize("kw, variant", [(dict(kernel=1), "conv_1x1"),
+                                         (dict(kernel=3, pad=1), "conv_winograd")])
+def test_a_conv_inside_a_variants_domain_is_taken(kw, variant):
+    assert BY_NAME[variant].supports(_conv(**kw)) is None
+
+
+def test_the_gemm_variants_own_their_packed_weights_and_scratch():
+    """GemmVariant's buffer and scratch are the dims' PACKED and SCRATCH; the launches use
+    that buffer by its name."""
+    layer = _conv(kernel=3, pad=1)
+    for name, buf in (("conv_im2col", "wpack"), ("conv_winograd", "u")):
+        v = BY_NAME[name]
+        cfg = v.fallback(layer, POCL)
+        d = v.dims(layer, cfg)
+        assert v.buffers(layer, cfg) == {buf: d["PACKED"]} and d["PACKED"] > 0
+        assert v.scratch_floats(layer, cfg) == d["SCRATCH"] > 0
+        used = {a.name for l in v.launches(layer, cfg, "k") for a in l.args if a.kind == "buffer"}
+        assert used == {buf}
