@@ -88,8 +88,9 @@ def _limit_memory():
 def _child(name, args, out):
     try:
         run_target(name, args, out)
-    except BaseException:
+    except BaseException as e:
         traceback.print_exc()
+        (out / f"{name}.error").write_text(traceback.format_exception_only(type(e), e)[-1])
         os._exit(3)
 
 
@@ -120,11 +121,18 @@ def run_all(names, args, out):
                 continue
             t = ft.TARGETS[name]
             inflight = Path(str(out / f"{name}-inflight") + t.suffix)
-            fail = dict(kind="process died", site=f"exit code {p.exitcode}", hits=1,
-                        flaky=False, error=f"the {name} process ended with exit code "
-                        f"{p.exitcode}", reproducer=str(inflight) if inflight.is_file() else "",
-                        input="the input it was running" if inflight.is_file() else "unknown")
-            print(f"  {name}: process died (exit code {p.exitcode})", flush=True)
+            err = out / f"{name}.error"
+            if err.is_file():       # the harness itself failed (the target never ran)
+                fail = dict(kind="target did not run", site="tools/fuzz.py", hits=0,
+                            flaky=False, error=err.read_text().strip(), reproducer="",
+                            input="none")
+            else:                   # killed: a crash in the C library, the memory limit
+                fail = dict(kind="process died", site=f"exit code {p.exitcode}", hits=1,
+                            flaky=False, error=f"the {name} process ended with exit code "
+                            f"{p.exitcode}", input="the input it was running" if
+                            inflight.is_file() else "unknown",
+                            reproducer=str(inflight) if inflight.is_file() else "")
+            print(f"  {name}: {fail['kind']} ({fail['error']})", flush=True)
             results.append(dict(target=name, inputs=0, seconds=0.0, cpu_seconds=0.0,
                                 failures=[fail]))
     return results
@@ -168,7 +176,7 @@ def main(argv=None):
         args.seed = int(time.time()) % 100_000
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for old in list(out.glob("*-*.*")) + list(out.glob("*.json")):
+    for old in list(out.glob("*-*.*")) + list(out.glob("*.json")) + list(out.glob("*.error")):
         old.unlink()
     print(f"aotconv fuzz: seed {args.seed}, {len(names)} targets, {args.jobs} at a time, "
           f"reproducers in {out}", flush=True)

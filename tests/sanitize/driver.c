@@ -35,6 +35,7 @@ enum {
 };
 static const size_t NIN = MACRO(INPUT_COUNT), NOUT = MACRO(OUTPUT_COUNT),
                     NPAR = MACRO(PARAM_COUNT), NKER = MACRO(KERNEL_COUNT);
+typedef FN(memory_info) memory_t;
 
 static int checks, failed;
 
@@ -122,6 +123,154 @@ static void expect_close(const char *what, const float *got, const float *want, 
     result(worst <= 1e-3, what, why);
 }
 
+/* create with `o`, load the parameters, run, compare with the reference, destroy */
+static void run_with(const char *what, options_t o, const char *params, const float *x,
+                     const float *want)
+{
+    net_t *net = NULL;
+    float *y = calloc(NOUT, sizeof *y);
+    char label[256];
+    snprintf(label, sizeof label, "%s: create", what);
+    expect(label, FN(create)(&net, &o), OK, net, NULL);
+    if (net) {
+        snprintf(label, sizeof label, "%s: load_params", what);
+        expect(label, FN(load_params)(net, params), OK, net, NULL);
+        snprintf(label, sizeof label, "%s: run", what);
+        expect(label, FN(run)(net, x, NIN, y, NOUT), OK, net, NULL);
+        snprintf(label, sizeof label, "%s: matches the reference", what);
+        expect_close(label, y, want, NOUT);
+        FN(destroy)(net);
+    }
+    free(y);
+}
+
+static cl_device_id first_device(void)
+{
+    cl_platform_id plat;
+    cl_device_id dev = NULL;
+    cl_uint np = 0, nd = 0;
+    if (clGetPlatformIDs(1, &plat, &np) != CL_SUCCESS || !np ||
+        clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, &nd) != CL_SUCCESS || !nd)
+        return NULL;
+    return dev;
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static cl_command_queue make_queue(cl_context ctx, cl_device_id dev, cl_command_queue_properties p)
+{
+    cl_int err;
+    cl_command_queue q = clCreateCommandQueue(ctx, dev, p, &err);
+    return err == CL_SUCCESS ? q : NULL;
+}
+#pragma GCC diagnostic pop
+
+/* create_with_queue, run_buffers and wait on the application's own context and queues */
+static void application_queue(const char *params, const float *x, const float *want)
+{
+    cl_device_id dev = first_device();
+    cl_int err;
+    cl_context ctx = dev ? clCreateContext(NULL, 1, &dev, NULL, NULL, &err) : NULL;
+    cl_context ctx2 = dev ? clCreateContext(NULL, 1, &dev, NULL, NULL, &err) : NULL;
+    if (!ctx || !ctx2) {
+        result(0, "an OpenCL context of the application", "none");
+        return;
+    }
+    cl_command_queue q = make_queue(ctx, dev, CL_QUEUE_PROFILING_ENABLE);
+    cl_command_queue q_plain = make_queue(ctx, dev, 0);
+    cl_command_queue q_other = make_queue(ctx2, dev, 0);
+    cl_command_queue q_ooo = make_queue(ctx, dev, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+    net_t *net = NULL;
+    expect("create_with_queue(NULL out)", FN(create_with_queue)(NULL, ctx, dev, q, NULL), E_ARG,
+           NULL, "NULL");
+    expect("create_with_queue(NULL context)", FN(create_with_queue)(&net, NULL, dev, q, NULL),
+           E_ARG, NULL, "NULL");
+    expect("create_with_queue(NULL device)", FN(create_with_queue)(&net, ctx, NULL, q, NULL),
+           E_ARG, NULL, "NULL");
+    expect("create_with_queue(NULL queue)", FN(create_with_queue)(&net, ctx, dev, NULL, NULL),
+           E_ARG, NULL, "NULL");
+    expect("create_with_queue with a queue of another context",
+           FN(create_with_queue)(&net, ctx, dev, q_other, NULL), E_ARG, NULL, NULL);
+    if (q_ooo)
+        expect("create_with_queue with an out-of-order queue",
+               FN(create_with_queue)(&net, ctx, dev, q_ooo, NULL), E_ARG, NULL, NULL);
+    options_t nodev = {-1, -1, "no-such-device-xyz", 1, 0, 0};
+    expect("create_with_queue with options.device_name of no device",
+           FN(create_with_queue)(&net, ctx, dev, q, &nodev), E_DEV, NULL, "no-such-device-xyz");
+    result(net == NULL, "a failed create_with_queue leaves *out NULL", "not NULL");
+
+    expect("create_with_queue", FN(create_with_queue)(&net, ctx, dev, q, NULL), OK, net, NULL);
+    if (!net)
+        goto done;
+    cl_mem in = clCreateBuffer(ctx, CL_MEM_READ_WRITE, NIN * sizeof(float), NULL, &err);
+    cl_mem out = clCreateBuffer(ctx, CL_MEM_READ_WRITE, NOUT * sizeof(float), NULL, &err);
+    cl_mem small = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(float), NULL, &err);
+    cl_mem foreign = clCreateBuffer(ctx2, CL_MEM_READ_WRITE, (NIN + NOUT) * sizeof(float), NULL,
+                                    &err);
+    expect("run_buffers before parameters", FN(run_buffers)(net, in, out), E_STATE, net, NULL);
+    expect("load_params on the application's queue", FN(load_params)(net, params), OK, net, NULL);
+    expect("run_buffers(NULL handle)", FN(run_buffers)(NULL, in, out), E_ARG, NULL, "NULL");
+    expect("run_buffers(NULL input)", FN(run_buffers)(net, NULL, out), E_ARG, net, "NULL");
+    expect("run_buffers(NULL output)", FN(run_buffers)(net, in, NULL), E_ARG, net, "NULL");
+    expect("run_buffers with an input buffer too small", FN(run_buffers)(net, small, out), E_ARG,
+           net, NULL);
+    expect("run_buffers with an output buffer too small", FN(run_buffers)(net, in, small), E_ARG,
+           net, NULL);
+    expect("run_buffers with a buffer of another context", FN(run_buffers)(net, foreign, out),
+           E_ARG, net, NULL);
+    expect("wait with no run in flight", FN(wait)(net), E_STATE, net, NULL);
+    float *y = calloc(NOUT, sizeof *y);
+    double ms0[64];
+    clEnqueueWriteBuffer(q, in, CL_TRUE, 0, NIN * sizeof(float), x, 0, NULL, NULL);
+    expect("run_buffers", FN(run_buffers)(net, in, out), OK, net, NULL);
+    expect("profile while run_buffers is in flight", FN(profile)(net, ms0, NKER), E_STATE, net,
+           NULL);
+    expect("wait", FN(wait)(net), OK, net, NULL);
+    clEnqueueReadBuffer(q, out, CL_TRUE, 0, NOUT * sizeof(float), y, 0, NULL, NULL);
+    expect_close("run_buffers matches the reference", y, want, NOUT);
+    expect("run_buffers twice, then wait", FN(run_buffers)(net, in, out) |
+           FN(run_buffers)(net, in, out) | FN(wait)(net), OK, net, NULL);
+    double *ms = calloc(NKER + 1, sizeof *ms);
+    expect("profile of a run_buffers run on a profiling queue", FN(profile)(net, ms, NKER), OK,
+           net, NULL);
+    /* the application lets go of its objects first: the handle keeps its own references */
+    clReleaseMemObject(small);
+    clReleaseMemObject(foreign);
+    memset(y, 0, NOUT * sizeof *y);
+    expect("run on the application's queue", FN(run)(net, x, NIN, y, NOUT), OK, net, NULL);
+    expect_close("run on the application's queue matches the reference", y, want, NOUT);
+    FN(destroy)(net);
+    net = NULL;
+    clReleaseMemObject(in);
+    clReleaseMemObject(out);
+
+    /* a queue without profiling: profile() says so */
+    expect("create_with_queue, a queue without profiling",
+           FN(create_with_queue)(&net, ctx, dev, q_plain, NULL), OK, net, NULL);
+    if (net) {
+        expect("  set_params", FN(set_params)(net, NULL, 0), E_ARG, net, NULL);
+        expect("  load_params", FN(load_params)(net, params), OK, net, NULL);
+        expect("  run", FN(run)(net, x, NIN, y, NOUT), OK, net, NULL);
+        expect("  profile without profiling", FN(profile)(net, ms, NKER), E_STATE, net, NULL);
+        /* released by the application while the handle lives */
+        clReleaseCommandQueue(q_plain);
+        q_plain = NULL;
+        expect("  run after the application released its queue",
+               FN(run)(net, x, NIN, y, NOUT), OK, net, NULL);
+        expect_close("  that run matches the reference", y, want, NOUT);
+        FN(destroy)(net);
+    }
+    free(ms);
+    free(y);
+done:
+    if (q) clReleaseCommandQueue(q);
+    if (q_plain) clReleaseCommandQueue(q_plain);
+    if (q_other) clReleaseCommandQueue(q_other);
+    if (q_ooo) clReleaseCommandQueue(q_ooo);
+    clReleaseContext(ctx);
+    clReleaseContext(ctx2);
+}
+
 static void *create_fails_in_a_thread(void *arg)
 {
     net_t *net = NULL;
@@ -146,6 +295,7 @@ int main(int argc, char **argv)
     snprintf(params, sizeof params, "%s/%s.params.bin", dir, NET_NAME);
     float *p = read_floats(params, NPAR);
     net_t *net = NULL, *net2 = NULL;
+    char why[512];
 
     /* names of the kernels, in and out of range */
     int names_ok = 1;
@@ -306,14 +456,67 @@ int main(int argc, char **argv)
         expect_close("run from the host buffers matches the reference", hout, want, NOUT);
     }
 
+    /* program_source and memory */
+    const char *why_src = NULL;
+    int src = FN(program_source)(net, &why_src);
+    result((src == MACRO(FROM_SOURCE) || src == MACRO(FROM_BINARY)) && why_src &&
+           message_ok(why_src, NULL, why, sizeof why),
+           "program_source says how and why in one line", why);
+    result(FN(program_source)(net, NULL) == src, "program_source(net, NULL)", "differs");
+    result(FN(program_source)(NULL, &why_src) < 0 &&
+           message_ok(FN(last_error)(NULL), "NULL", why, sizeof why),
+           "program_source(NULL) is an error", why);
+    memory_t mem;
+    memset(&mem, 0xff, sizeof mem);
+    expect("memory(NULL handle)", FN(memory)(NULL, &mem), E_ARG, NULL, "NULL");
+    expect("memory(NULL info)", FN(memory)(net, NULL), E_ARG, net, "NULL");
+    expect("memory", FN(memory)(net, &mem), OK, net, NULL);
+    snprintf(why, sizeof why, "activation %zu parameter %zu variant %zu scratch %zu device %zu "
+             "pinned %zu", mem.activation_bytes, mem.parameter_bytes, mem.variant_bytes,
+             mem.scratch_bytes, mem.device_bytes, mem.pinned_bytes);
+    result(mem.activation_bytes == MACRO(ACTIVATION_BYTES) &&
+           mem.parameter_bytes == MACRO(PARAMETER_BYTES) &&
+           mem.variant_bytes == MACRO(VARIANT_BYTES) && mem.scratch_bytes == MACRO(SCRATCH_BYTES)
+           && mem.device_bytes == MACRO(DEVICE_BYTES) &&
+           mem.pinned_bytes >= (NIN + NOUT) * sizeof(float),
+           "memory() agrees with the header and counts the host buffers", why);
+
+    /* run_async and wait */
+    expect("wait(NULL handle)", FN(wait)(NULL), E_ARG, NULL, "NULL");
+    expect("wait with no run in flight", FN(wait)(net), E_STATE, net, NULL);
+    expect("run_async(NULL handle)", FN(run_async)(NULL, x, NIN, y2, NOUT), E_ARG, NULL, "NULL");
+    expect("run_async(NULL input)", FN(run_async)(net, NULL, NIN, y2, NOUT), E_ARG, net, NULL);
+    expect("run_async(NULL output)", FN(run_async)(net, x, NIN, NULL, NOUT), E_ARG, net, NULL);
+    expect("run_async(input count + 1)", FN(run_async)(net, x, NIN + 1, y2, NOUT), E_ARG, net,
+           NULL);
+    expect("run_async(output count SIZE_MAX)", FN(run_async)(net, x, NIN, y2, SIZE_MAX), E_ARG,
+           net, NULL);
+    memset(y2, 0, NOUT * sizeof *y2);
+    expect("run_async", FN(run_async)(net, x, NIN, y2, NOUT), OK, net, NULL);
+    expect("profile while a run is in flight", FN(profile)(net, ms, NKER), E_STATE, net, NULL);
+    expect("wait", FN(wait)(net), OK, net, NULL);
+    expect_close("run_async matches the reference", y2, want, NOUT);
+    expect("wait again", FN(wait)(net), E_STATE, net, NULL);
+    expect("run_async twice, then wait", FN(run_async)(net, x, NIN, y2, NOUT) |
+           FN(run_async)(net, x, NIN, y, NOUT) | FN(wait)(net), OK, net, NULL);
+    expect_close("both runs in order match the reference", y, want, NOUT);
+    expect("run_async then run (run ends the run in flight)",
+           FN(run_async)(net, x, NIN, y2, NOUT) | FN(run)(net, x, NIN, y, NOUT), OK, net, NULL);
+    expect_close("  and both match the reference", y2, want, NOUT);
+    expect("run_async from the host buffers", FN(run_async)(net, hin, NIN, hout, NOUT) |
+           FN(wait)(net), OK, net, NULL);
+    expect_close("  matches the reference", hout, want, NOUT);
+
     /* set_params with the same floats gives the same output */
+    expect("run", FN(run)(net, x, NIN, y, NOUT), OK, net, NULL);
     expect("set_params", FN(set_params)(net, p, NPAR), OK, net, NULL);
     expect("run after set_params", FN(run)(net, x, NIN, y2, NOUT), OK, net, NULL);
     result(memcmp(y, y2, NOUT * sizeof *y) == 0, "set_params and load_params give the same output",
            "differ");
 
-    /* a second handle, profiling off, used and destroyed while the first lives */
-    options_t quiet = {-1, -1, NULL, 0};
+    /* a second handle, profiling off, used and destroyed while the first lives, with a
+     * run in flight */
+    options_t quiet = {-1, -1, NULL, 0, 0, 0};
     expect("create a second handle, profiling off", FN(create)(&net2, &quiet), OK, net2, NULL);
     if (net2) {
         expect("second handle: set_params", FN(set_params)(net2, p, NPAR), OK, net2, NULL);
@@ -321,12 +524,34 @@ int main(int argc, char **argv)
         result(memcmp(y, y2, NOUT * sizeof *y) == 0, "second handle: same output", "differ");
         expect("second handle: profile with profiling off", FN(profile)(net2, ms, NKER), E_STATE,
                net2, NULL);
+        expect("second handle: run_async, then destroy without wait",
+               FN(run_async)(net2, x, NIN, y2, NOUT), OK, net2, NULL);
         FN(destroy)(net2);
     }
     expect("first handle still runs", FN(run)(net, x, NIN, y2, NOUT), OK, net, NULL);
     result(memcmp(y, y2, NOUT * sizeof *y) == 0, "first handle: same output", "differ");
     FN(destroy)(net);
     result(1, "destroy", "");
+
+    /* the other ways to make programs and to stage: each the same answer */
+    options_t source = {-1, -1, NULL, 1, 1, 0};
+    net = NULL;
+    expect("create from source (options.source_only)", FN(create)(&net, &source), OK, net, NULL);
+    if (net) {
+        result(FN(program_source)(net, &why_src) == MACRO(FROM_SOURCE),
+               "program_source says source", why_src ? why_src : "NULL");
+        FN(destroy)(net);
+    }
+    run_with("source only", source, params, x, want);
+    options_t no_stage = {-1, -1, NULL, 1, 0, -1};
+    run_with("staging off", no_stage, params, x, want);
+    options_t byte_stage = {-1, -1, NULL, 1, 0, 1};
+    run_with("staging by 1 byte", byte_stage, params, x, want);
+    options_t odd_stage = {-1, -1, NULL, 1, 0, 7};
+    run_with("staging by 7 bytes", odd_stage, params, x, want);
+    options_t huge_stage = {-1, -1, NULL, 1, 0, 0x7fffffffffffffffL};
+    run_with("staging by LONG_MAX bytes", huge_stage, params, x, want);
+    application_queue(params, x, want);
 
     free(x), free(want), free(y), free(y2), free(ms), free(p), free(longer);
     printf("%d checks, %d failed\n", checks, failed);
