@@ -64,7 +64,7 @@ def randomised(src, dst, logits=False, seed=0):
     return str(dst)
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "bvlc_alexnet"])
+@pytest.mark.parametrize("name", ["squeezenet", "bvlc_alexnet", "inception_v1"])
 def test_light_model_with_random_weights_matches_onnxruntime(name, tmp_path):
     path = randomised(LIGHT / f"light_{name}.onnx", tmp_path / f"{name}.onnx", logits=True)
     text = io.StringIO()
