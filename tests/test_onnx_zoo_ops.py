@@ -201,6 +201,7 @@ def test_split_of_the_channels_is_one_channel_slice_per_output(tmp_path):
                           {"op": "channel_slice", "start": 5, "end": 9},
                           {"op": "relu"}, {"op": "concat"}]
     assert [l["name"] for l in im.description["layers"][:2]] == ["split.0", "split.2"]
+    assert im.origins["split.0"] == im.origins["split.2"] == ["split"]   # the ONNX node
 
 
 def test_split_in_two_halves_opset18(tmp_path):

@@ -76,7 +76,7 @@ def _assemble(g, file, net, input_shape, source_opset):
             problems.add(n, attr, msg)
         if m is None or any(t not in layer_of for t in m.inputs):
             continue                      # this node, or one it reads, is reported
-        lname = namer(n.name, n.op)
+        lname = namer(n.label or n.name, n.op)
         d = {"name": lname, **m.layer, "inputs": [layer_of[t] for t in m.inputs]}
         layers.append(d)
         for k, a in m.tensors.items():

@@ -28,6 +28,8 @@ class Node:
     # True for the nodes simplify writes for a pattern of several ONNX nodes (ChannelShuffle,
     # ChannelSlice, Silu): they map through mapping.INTERNAL, never as an op of the model
     internal: bool = False
+    label: str = None          # the name its layer takes, where not the node's own (a piece
+                               # of a Split: '<split>:<output index>')
 
     def attr(self, name, default=None):
         return self.attrs.get(name, default)

@@ -283,11 +283,11 @@ def _skip_flatten(g, n):
 # patterns of several nodes: channel shuffle, channel split, SiLU
 
 
-def _internal(op, like, inputs, outputs, attrs, merged, name=None):
+def _internal(op, like, inputs, outputs, attrs, merged, label=None):
     """An internal node standing for `like` and the nodes named in `merged`."""
-    return Node(name=name or like.name, op=op, inputs=list(inputs), outputs=list(outputs),
+    return Node(name=like.name, op=op, inputs=list(inputs), outputs=list(outputs),
                 attrs=attrs, opset=like.opset, domain="",
-                merged=list(merged) + list(like.merged), internal=True)
+                merged=list(merged) + list(like.merged), internal=True, label=label)
 
 
 def channel_shuffles(g):
@@ -379,7 +379,7 @@ def channel_slices(g):
             pieces = [(0, y, b, e)]
         i = g.nodes.index(n)
         new = [_internal("ChannelSlice", n, [x], [t], {"start": b, "end": e}, [],
-                         name=n.name if n.op == "Slice" else f"{n.name}:{k}")
+                         label=None if n.op == "Slice" else f"{n.name}:{k}")
                for k, t, b, e in pieces]
         for m in new:
             m.seen = {0: n.seen.get(0, x)}
