@@ -69,7 +69,7 @@ def write_report(res, path):
         f.write("\n".join(lines))
 
 
-STAGE_BYTES, STAGE_SLOTS = 1 << 20, 4     # runtime_c/aotconv_rt.h: run()'s staging ring
+STAGE_BYTES, STAGE_SLOTS = 4 << 20, 4     # runtime_c/aotconv_rt.h: run()'s staging ring
 
 
 def _size(b):

@@ -81,7 +81,7 @@ class Network:
         self._name_keep = ffi.new("char[]", device_name.encode()) if device_name else ffi.NULL
         opts.device_name = self._name_keep
         h = ffi.new(f"aotconv_{n} **")
-        self.handle, self._pending = None, None
+        self.handle, self._pending = None, []
         if queue is None:
             self._check(self._f("create")(h, opts), None)
         else:
@@ -122,7 +122,7 @@ class Network:
         out = self._empty_output()
         self._check(self._f("run")(self.handle, self.ffi.from_buffer("float[]", x), x.size,
                                    self.ffi.from_buffer("float[]", out), out.size))
-        self._pending = None      # run() ends every run before it
+        self._pending = []        # run() ends every run before it
         return self._split(out)
 
     def _empty_output(self):
@@ -138,27 +138,26 @@ class Network:
 
     def run_async(self, x):
         """Enqueue a run of `x` (C run_async) and return; wait() gives the output. The input
-        and the output array are kept alive here until then."""
+        and the output array of every run in flight are kept alive here until then."""
         x = np.ascontiguousarray(x, np.float32)
         out = self._empty_output()
         self._check(self._f("run_async")(self.handle, self.ffi.from_buffer("float[]", x), x.size,
                                          self.ffi.from_buffer("float[]", out), out.size))
-        self._pending = (x, out)
-        return None
+        self._pending.append((x, out))
 
     def wait(self):
-        """Block until the run in flight has ended (C wait); the output of run_async, if that
-        was the run, else None."""
+        """Block until the runs in flight have ended (C wait); the output of the last, if
+        run_async enqueued it, else None."""
         self._check(self._f("wait")(self.handle))
-        pending, self._pending = self._pending, None
-        return self._split(pending[1]) if pending else None
+        pending, self._pending = self._pending, []
+        return self._split(pending[-1][1]) if pending and pending[-1] else None
 
     def run_buffers(self, inp, out):
         """Enqueue a run from and into pyopencl Buffers of the handle's context (C
         run_buffers); wait() or the queue orders what follows."""
         cast = lambda o: self.ffi.NULL if o is None else self.ffi.cast("cl_mem", o.int_ptr)
-        self._pending = None
         self._check(self._f("run_buffers")(self.handle, cast(inp), cast(out)))
+        self._pending.append(None)
 
     def program_source(self):
         """(from_binary, why): whether create() made every program from the embedded device
@@ -210,7 +209,7 @@ class Network:
         if getattr(self, "handle", None) is not None:
             self._f("destroy")(self.handle)     # waits for a run in flight
             self.handle = None
-        self._pending = None
+        self._pending = []
 
     def __del__(self):
         try:

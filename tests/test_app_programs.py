@@ -186,7 +186,7 @@ def test_memory_in_the_header_the_call_and_the_report(lenet5):
     with load(lenet5.dir) as lib:
         m = lib.memory()
         assert {k: m[f"{k}_bytes"] for k in want} == want
-        assert m["pinned_bytes"] == staging_bytes(sch) == 4 * sch.input[1]   # < 1 MiB: 1 slot
+        assert m["pinned_bytes"] == staging_bytes(sch) == 4 * sch.input[1]   # < 4 MiB: 1 slot
         lib.host_buffers()
         assert lib.memory()["pinned_bytes"] == staging_bytes(sch) + io_bytes
     with load(lenet5.dir, stage_bytes=-1) as lib:

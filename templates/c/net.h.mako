@@ -73,7 +73,7 @@ typedef struct {
                                  environment variable AOTCONV_DEVICE does the same */
     int profile;              /* 1: keep per-kernel times for profile() (default when opts NULL) */
     int source_only;          /* 1: compile the embedded source even where a binary is embedded */
-    long stage_bytes;         /* run()'s staging chunk in bytes: 0 the default (1 MiB), < 0 off */
+    long stage_bytes;         /* run()'s staging chunk in bytes: 0 the default (4 MiB), < 0 off */
 } aotconv_${name}_options;
 
 typedef struct {
