@@ -6,7 +6,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pocl-opencl-icd ocl-icd-opencl-dev opencl-headers ninja-build gcc pkg-config
 NET     ?= lenet5
 
-.PHONY: deps demo test test-onnx test-farm bench-cpu bench-gpu gpu-carry clean fuzz test-sanitize
+.PHONY: deps demo test test-unit test-onnx test-farm bench-cpu bench-gpu gpu-carry clean fuzz test-sanitize
 
 # System packages (PoCL = the CPU OpenCL device, the ICD loader and headers) and a virtualenv
 # with the Python dependencies; each step is skipped when already done.
@@ -28,6 +28,10 @@ demo: deps
 
 test: deps
 	$(BIN)/python -m pytest -q -x
+
+# The device-free tier (tests/conftest.py) with no OpenCL device at all: seconds, no PoCL
+test-unit: deps
+	d=$$(mktemp -d) && OCL_ICD_VENDORS=$$d $(BIN)/python -m pytest -q -x -m unit; rc=$$?; rmdir $$d; exit $$rc
 
 # The tuning farm on a local Ray (docs/tuning.md, "Tuning farm"): two PoCL workers tune a small
 # network and survive a killed and a hung worker; Ray (about 250 MB) only here, not in make test
