@@ -108,7 +108,6 @@ def joined_source(sources, sections):
 
 def plan(programs, ctx, binaries=True, log=None):
     """The ProgramPlan of `programs` (schedule.Program) for the build context `ctx`."""
-    import pyopencl as cl
     log = log or (lambda msg: None)
     sources = [p.source for p in programs]
     sections = join_sections(sources, [p.file for p in programs])
@@ -117,6 +116,20 @@ def plan(programs, ctx, binaries=True, log=None):
         return ProgramPlan(False, sections, note=(
             f"the {name} device was not present at build time: the library embeds OpenCL "
             f"source only, one program per layer, compiled by create()"))
+    try:
+        return _on_device(programs, sources, sections, ctx, binaries, log)
+    except Exception as e:     # binaries and joining only speed create() up: never fail a build
+        why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        log(f"aotconv: warning: building the programs on the {name} device failed ({why}); "
+            f"the library embeds OpenCL source only")
+        return ProgramPlan(False, sections, note=(
+            f"building the programs on the device failed at build time ({why}): the library "
+            f"embeds OpenCL source only, one program per layer, compiled by create()"))
+
+
+def _on_device(programs, sources, sections, ctx, binaries, log):
+    """plan() where the target's device is present."""
+    import pyopencl as cl
     device = ctx.found[1]
     cctx = cl.Context([device])
     # as runtime_c/rt_program.c compares them: trailing blanks dropped

@@ -169,6 +169,26 @@ def test_a_build_for_an_absent_target_says_it_embeds_source_only(tmp_path_factor
         load(b.dir)
 
 
+def test_a_device_that_cannot_build_the_programs_leaves_source_only(monkeypatch):
+    """Binaries only speed create() up: a failure on the device at build time is a warning
+    and a source-only plan, never a failed build."""
+    import pyopencl as cl
+    from types import SimpleNamespace
+    from aotconv.schedule import Program
+
+    def no_context(*a, **k):
+        raise cl.RuntimeError("clCreateContext failed: OUT_OF_HOST_MEMORY")
+    monkeypatch.setattr(cl, "Context", no_context)
+    ctx = SimpleNamespace(present=True, found=(None, None), profile=SimpleNamespace(name="x1"))
+    said = []
+    plan = binaries.plan([Program("a", "a", A), Program("b", "b", B)], ctx, log=said.append)
+    assert not plan.joined and not plan.has_binaries
+    assert plan.note.startswith("building the programs on the device failed at build time "
+                                "(RuntimeError: clCreateContext failed")
+    assert said and said[0].startswith("aotconv: warning: building the programs on the x1 "
+                                       "device failed")
+
+
 # -- memory ----------------------------------------------------------------------------------
 
 def test_memory_in_the_header_the_call_and_the_report(lenet5):
