@@ -1,13 +1,15 @@
 """Target profiles: how to recognise a device, its limits (for pruning) and peaks (for rooflines).
 
-Figures for the seeds' devices come from the seeds and the vendors' data sheets; h100 from the
-brief (132 SMs x 128 lanes x 2 x 1.98 GHz FP32, HBM3 ~3.35 TB/s); pocl-cpu is this project's
-2-core CI machine (AVX-512, 2 cores x 16 lanes x 2 FMA x 2 x ~2.5 GHz, conservative).
+Figures for fury-x, r9-nano, gtx1080, titan-x, mali-t628 and adreno-530 come from the published
+autotuning papers that measured them and the vendors' data sheets; h100 is the H100 SXM (132 SMs
+x 128 lanes x 2 x 1.98 GHz FP32, HBM3 ~3.35 TB/s); pocl-cpu is PoCL on a 2-core AVX-512 machine
+(2 cores x 16 lanes x 2 FMA x 2 x ~2.5 GHz, conservative).
 
 Memory (`max_alloc_bytes`: the largest buffer, CL_DEVICE_MAX_MEM_ALLOC_SIZE; `global_mem_bytes`:
 all buffers together, CL_DEVICE_GLOBAL_MEM_SIZE capped by the address width): h100 and pocl-cpu
 as their OpenCL drivers report them (NVIDIA's on the project's H100 80GB: 79.2 GiB and exactly
-a quarter of it; PoCL on the CI machine: 4.19 GiB and 2 GiB). For the seeds' devices the board's memory and, for the
+a quarter of it; PoCL on a 2-core machine: 4.19 GiB and 2 GiB). For the other devices the
+board's memory and, for the
 largest buffer, a quarter of it: the least an OpenCL 1.2 device may report
 (max(global / 4, 128 MiB)), so a build for an absent device never plans a buffer its driver
 could refuse. With the device present its own figures replace these (`with_limits`).
