@@ -186,7 +186,9 @@ def _carried(fused_net, triples, takers, choices, fused_choices, target):
         t = [getattr(x, "time_ms", None) for x in (a, choices.get(add), f)]
         if None not in t and t[2] < t[0] + t[1]:
             continue            # the search's own fused kernel wins, measured
-        if point_ok(layers[conv], BY_NAME[a.variant], a.cfg, target):
+        v = BY_NAME[a.variant]
+        # a variant that declines the fused layer would drop the residual, whatever its knobs
+        if v.supports(layers[conv]) is None and point_ok(layers[conv], v, a.cfg, target):
             out[conv] = Choice(a.variant, a.cfg, None, a.source, a.stats)
     return out
 

@@ -515,3 +515,21 @@ def test_a_tuned_conv_carries_its_kernel_into_the_fused_layer():
     _, _, dec = fusion.apply_residual(net, odd, POCL, "measure", "tune",
                                       lambda n, only: {"c": slow})
     assert not dec[0].fused
+
+
+def test_a_kernel_that_declines_the_residual_is_not_carried():
+    """conv_depthwise declines a fused layer: its configuration is a point of its space for
+    the fused layer's shape, but carrying it would drop the residual."""
+    net = passes.optimise(spec.network_from_dict({
+        "name": "carrydw", "input": [1, 8, 6, 6],
+        "layers": [{"name": "c", "op": "conv", "out": 8, "kernel": 3, "pad": 1, "groups": 8},
+                   {"name": "a", "op": "add", "inputs": ["c", "input"]}]}))
+    from aotconv.variants import BY_NAME
+    dw = BY_NAME["conv_depthwise"]
+    layer = net.layer("c")
+    ch = {"c": Choice("conv_depthwise", dw.fallback(layer, POCL), None, "fallback"),
+          "a": Choice("add_direct", Config.of(WG=64, VEC=1), None, "fallback")}
+    other = Choice("conv_direct", Config.of(WG=64, KB=1), None, "fallback")
+    _, _, dec = fusion.apply_residual(net, ch, POCL, "measure", "fallback",
+                                      lambda n, only: {"c": other})
+    assert not dec[0].fused
