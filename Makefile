@@ -54,10 +54,11 @@ test-sanitize: deps
 test-onnx: deps
 	AOTCONV_ONNX_CONFORMANCE=all $(BIN)/python -m pytest -q -rs tests/onnx_backend
 
-# torchvision's classifiers (tests/zoo/models.py) exported by both PyTorch exporters, imported,
-# built for pocl-cpu (--no-tune, batch 1) and checked against onnxruntime; writes
-# results/pocl-cpu/zoo.md (docs/onnx.md). torch and torchvision (about 5.5 GB) go into a venv
-# of their own, ZOO_VENV, so that .venv stays small; about 15 minutes on 2 cores, exports cached
+# torchvision's classifiers (tests/zoo/models.py) exported by both PyTorch exporters (and by the
+# dynamo one unoptimised), imported, built for pocl-cpu (--no-tune, batch 1) and checked against
+# onnxruntime; writes results/pocl-cpu/zoo.md (docs/onnx.md). torch and torchvision (about
+# 5.5 GB) go into a venv of their own, ZOO_VENV, so that .venv stays small; about half an hour
+# on 2 cores the first time, about 6 minutes once the exports and PoCL's kernels are cached
 ZOO_VENV ?= .venv-zoo
 .PHONY: test-zoo
 test-zoo: deps $(ZOO_VENV)/.deps-ok
