@@ -374,7 +374,7 @@ def test_domains():
         assert k1.supports(layer_of(lid)) is None
     assert "1x1" in k1.supports(conv((1, 4, 5, 5), out=4, kernel=3))
     assert "stride" in k1.supports(conv((1, 4, 5, 5), out=4, kernel=1, stride=2))
-    assert "padding" in k1.supports(conv((1, 4, 5, 5), out=4, kernel=1, pad=1))
+    assert "pad" in k1.supports(conv((1, 4, 5, 5), out=4, kernel=1, pad=1))
     pool = Layer("p", "maxpool", ops.normalise("maxpool", {"kernel": 2}), ["input"],
                  in_shapes=[(1, 1, 4, 4)], out_shape=(1, 1, 2, 2))
     for v in (igemm, tiled, k1):
