@@ -19,7 +19,7 @@ OPEN = {}
 # fuzz_targets.place; met, they make the test an expected failure instead of hiding it
 OPEN_PLACES = {}
 
-# inputs per target; about 10 s in all, most of it the PoCL library and emit
+# inputs per target; about 20 s in all on 2 busy cores, most of it the PoCL library and emit
 SLICE = {"netyaml": 80, "netyaml_raw": 80, "netdict": 80, "weights": 60, "records": 25,
          "params_bin": 40, "params_c": 15, "emit": 6, "paths": 30}
 
