@@ -1,5 +1,5 @@
 """Emitted libraries the application tests (tests/test_app_*.py) share, each built once per
-test session: lenet5 on PoCL, a small network with two outputs on PoCL, and lenet5 for an
+pytest run: lenet5 on PoCL, a small network with two outputs on PoCL, and lenet5 for an
 absent target (h100). All with fallback choices (no tuning) and no measuring."""
 import contextlib
 import io

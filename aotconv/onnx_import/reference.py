@@ -17,7 +17,7 @@ class OrtReference:
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         try:
-            self.session = ort.InferenceSession(imported.path, opts,
+            self.ort_model = ort.InferenceSession(imported.path, opts,
                                                 providers=["CPUExecutionProvider"])
         except Exception as e:
             raise OnnxError(f"onnxruntime cannot load the model: {one_line(e)}",
@@ -29,11 +29,11 @@ class OrtReference:
         x = np.ascontiguousarray(x, np.float32).reshape(im.input_shape)
         names = [o for o, _, _ in im.outputs]
         # a model exported for a fixed batch runs a larger --batch in slices of its own
-        fixed = self.session.get_inputs()[0].shape[0]
+        fixed = self.ort_model.get_inputs()[0].shape[0]
         step = fixed if isinstance(fixed, int) and 0 < fixed < len(x) and len(x) % fixed == 0 \
             else len(x)
         try:
-            parts = [self.session.run(names, {im.input_name: x[i:i + step]})
+            parts = [self.ort_model.run(names, {im.input_name: x[i:i + step]})
                      for i in range(0, len(x), step)]
         except Exception as e:
             # onnxruntime leaves some valid models unimplemented (LRN of rank 3, dilated

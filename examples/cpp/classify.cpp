@@ -54,13 +54,13 @@ struct MemDeleter {
 using Mem = std::unique_ptr<std::remove_pointer<cl_mem>::type, MemDeleter>;
 
 // The application's OpenCL objects on the first device the network accepts.
-struct Session {
+struct Classifier {
     cl_context context = nullptr;
     cl_command_queue queue = nullptr;
     Net net;
 };
 
-Session open_session()
+Classifier open_classifier()
 {
     cl_platform_id platforms[8];
     cl_uint np = 0;
@@ -73,7 +73,7 @@ Session open_session()
             continue;
         for (cl_uint d = 0; d < nd && d < 8; ++d) {
             cl_int err;
-            Session s;
+            Classifier s;
             s.context = clCreateContext(nullptr, 1, &devices[d], nullptr, nullptr, &err);
             check_cl(err, "clCreateContext");
             s.queue = clCreateCommandQueue(s.context, devices[d], 0, &err);
@@ -117,7 +117,7 @@ int main(int argc, char **argv)
             for (size_t i = 0; i < kIn; ++i)
                 in[i] = float((i * 37) % 101) / 101.0f - 0.5f;
 
-        Session s = open_session();
+        Classifier s = open_classifier();
         check(aotconv_lenet5_load_params(s.net.get(), argv[1]), "load_params", s.net.get());
 
         cl_int err;
