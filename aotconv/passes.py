@@ -136,16 +136,23 @@ def fusable_pools(net):
     return out
 
 
+def _chosen(fusable, which, what, rule):
+    """({conv: partner}, the convs to fuse): all fusable ones when `which` is None; a name in
+    `which` that is not fusable is an error saying what the rule is."""
+    pairs = dict(fusable)
+    which = list(pairs) if which is None else list(which)
+    bad = [c for c in which if c not in pairs]
+    if bad:
+        raise ValueError(f"cannot fuse {what} into {', '.join(bad)}: not {rule}")
+    return pairs, which
+
+
 def fuse_pool(net, which=None):
     """`net` with each conv named in `which` (all fusable ones when None) and its pool folded
     into one conv_pool layer named after the conv; `fused` records the pool (after any
     activation already fused into the conv). Names not fusable are an error."""
-    pairs = dict(fusable_pools(net))
-    which = list(pairs) if which is None else list(which)
-    bad = [c for c in which if c not in pairs]
-    if bad:
-        raise ValueError(f"cannot fuse a pool into {', '.join(bad)}: not a conv whose only "
-                         f"consumer is a max/avg pool")
+    pairs, which = _chosen(fusable_pools(net), which, "a pool",
+                           "a conv whose only consumer is a max/avg pool")
     net = copy.deepcopy(net)
     if not which:
         return net
@@ -208,12 +215,8 @@ def fuse_residual(net, which=None):
     """`net` with each conv named in `which` (all fusable ones when None) and the add it feeds
     folded into one conv layer named after the conv (residual_layer), in the add's place in the
     order. Names not fusable are an error."""
-    pairs = dict(fusable_residuals(net))
-    which = list(pairs) if which is None else list(which)
-    bad = [c for c in which if c not in pairs]
-    if bad:
-        raise ValueError(f"cannot fuse a residual add into {', '.join(bad)}: not a conv "
-                         f"without act whose only consumer is an add of two tensors")
+    pairs, which = _chosen(fusable_residuals(net), which, "a residual add",
+                           "a conv without act whose only consumer is an add of two tensors")
     net = copy.deepcopy(net)
     if not which:
         return net
