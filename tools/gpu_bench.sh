@@ -220,6 +220,10 @@ run_phase() {
                     --budget "${RETUNE_BUILD_BUDGET:-30s}" --quiet -o "/tmp/aotconv-retune/$net-b$batch"
             done
             cp "$AOTCONV_CACHE_DIR/records.jsonl" "$OUT/records-retune-direct.jsonl" 2>/dev/null ;;
+        cmd)   # GPU_CMD, a shell command, run with the environment set up above (e.g. a pytest file)
+            step "GPU_CMD: ${GPU_CMD:-unset}" timeout -k 10 $(( $(left) > 20 ? $(left) - 10 : 10 )) \
+                bash -c "${GPU_CMD:-false}"
+            tail -n 60 "$LOG" ;;
         all) for p in check smoke notune tune-layers tune-vgg16 tune-e2e; do run_phase "$p"; done ;;
         *) say "unknown phase '$1' (check, smoke, notune, tune-layers, tune-vgg16, tune-e2e, all)";
            FAILED+=("phase $1") ;;
