@@ -138,6 +138,14 @@ EOF
     python3 -m aotconv.cli targets
 }
 
+farm_ray() {   # Ray from the carried build/ray/raysite.tar.xz (the GPU image has no Ray)
+    python3 -c "import ray" 2>/dev/null && return 0
+    [ -f build/ray/raysite.tar.xz ] || { say "no Ray: carry build/ray/raysite.tar.xz"; FAILED+=(ray); return 1; }
+    mkdir -p /tmp/raysite && tar -xJf build/ray/raysite.tar.xz -C /tmp/raysite
+    export PYTHONPATH=$PYTHONPATH:/tmp/raysite RAY_USAGE_STATS_ENABLED=0
+    python3 -c "import ray; print('ray', ray.__version__)"
+}
+
 # -- phases ----------------------------------------------------------------------------------
 T0=$(date +%s)
 left() {   # seconds left: the phase's and the whole call's limits, whichever comes first
@@ -220,6 +228,27 @@ run_phase() {
                     --budget "${RETUNE_BUILD_BUDGET:-30s}" --quiet -o "/tmp/aotconv-retune/$net-b$batch"
             done
             cp "$AOTCONV_CACHE_DIR/records.jsonl" "$OUT/records-retune-direct.jsonl" 2>/dev/null ;;
+        farm)  # ResNet-50 b1 tuned from nothing with one trial budget: on one device (no Ray), then
+               # on a local Ray farm of FARM_WORKERS devices; each built from its records and timed
+            farm_ray || return
+            local w trials=${FARM_TRIALS:-1500}
+            for w in ${FARM_RUNS:-1 2}; do
+                local cache=/tmp/aotconv-farm-$w lib=/tmp/aotconv-farm-lib-$w t0 t1 ray=()
+                rm -rf "$cache" "$lib"; mkdir -p "$cache"
+                [ "$w" -gt 1 ] && ray=(--ray local --ray-workers "$w")
+                t0=$(date +%s.%N)
+                AOTCONV_CACHE_DIR=$cache AOTCONV_SHIPPED_RECORDS=0 step "tune resnet50 b1, $w device(s)" \
+                    timeout -k 10 $(( $(left) - 50 < ${FARM_TUNE_LIMIT:-240} ? $(left) - 50 : ${FARM_TUNE_LIMIT:-240} )) python3 -m aotconv.cli tune resnet50 \
+                    --batch 1 --target "${FARM_TARGET:-auto}" --budget "$trials" --json "${ray[@]}" \
+                    2> "$OUT/farm-tune-$w.jsonl"
+                t1=$(date +%s.%N)
+                echo "farm devices=$w trials=$trials tune_wall_s=$(python3 -c "print(round($t1-$t0,1))") records=$(wc -l < "$cache/records.jsonl")" | tee -a "$OUT/farm.txt"
+                AOTCONV_CACHE_DIR=$cache AOTCONV_SHIPPED_RECORDS=0 step "build resnet50 b1 from the $w-device records" \
+                    timeout -k 10 120 python3 -m aotconv.cli build resnet50 --batch 1 --target "${FARM_TARGET:-auto}" \
+                    --records-only --quiet -o "$lib"
+                python3 tools/time_library.py "$lib" --label "devices=$w" | tee -a "$OUT/farm.txt"
+                cp "$cache/records.jsonl" "$OUT/records-farm-$w.jsonl"
+            done ;;
         cmd)   # GPU_CMD, a shell command, run with the environment set up above (e.g. a pytest file)
             step "GPU_CMD: ${GPU_CMD:-unset}" timeout -k 10 $(( $(left) > 20 ? $(left) - 10 : 10 )) \
                 bash -c "${GPU_CMD:-false}"
@@ -231,7 +260,7 @@ run_phase() {
 }
 
 say "aotconv GPU bench in $REPO, output $OUT, phases: ${*:-check notune}"
-if [ "$TARGET" = h100 ]; then step "register the NVIDIA OpenCL driver" register_icd; fi
+if command -v nvidia-smi >/dev/null 2>&1; then step "register the NVIDIA OpenCL driver" register_icd; fi
 step "install the carried wheels into $SITE" install_wheels
 step "unpack the carried .deb packages into $DEBROOT" unpack_debs
 setup_env

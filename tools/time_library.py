@@ -1,0 +1,59 @@
+"""Time an emitted library: run() from numpy memory, run() from its pinned buffers, and the sum
+of its kernels, each the median of --runs calls after --warmup; one line (and --json).
+
+    python tools/time_library.py build/resnet50 --label "devices=2" [--runs 50] [--json out.json]
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from aotconv.runtime import load  # noqa: E402
+
+
+def median_ms(call, runs, warmup):
+    for _ in range(warmup):
+        call()
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(ts))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dir", help="the build's output directory")
+    p.add_argument("--label", default="", help="a label printed at the start of the line")
+    p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--json", help="also write the figures here")
+    a = p.parse_args(argv)
+    with load(a.dir) as net:
+        x = np.random.default_rng(0).standard_normal(net.input_shape).astype(np.float32)
+        run_ms = median_ms(lambda: net(x), a.runs, a.warmup)
+        xin, _ = net.host_buffers()
+        xin[...] = x
+        pinned_ms = median_ms(net.run_host, a.runs, a.warmup)
+        kernels = []
+        for _ in range(a.runs):
+            net.run_host()
+            kernels.append(sum(ms for _, ms in net.profile()))
+        out = {"label": a.label, "dir": str(a.dir), "run_ms": round(run_ms, 4),
+               "pinned_run_ms": round(pinned_ms, 4),
+               "kernels_ms": round(float(np.median(kernels)), 4),
+               "launches": len(net.kernel_names)}
+    print(f"{a.label} run() {out['run_ms']:.3f} ms, from pinned {out['pinned_run_ms']:.3f} ms, "
+          f"kernels {out['kernels_ms']:.3f} ms in {out['launches']} launches ({a.dir})")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
