@@ -10,8 +10,6 @@ builders filled on PoCL). Each setting starts with a fresh, empty driver cache
 (POCL_CACHE_DIR, CUDA_CACHE_PATH), and its processes are started and warmed up before the
 clock starts, as they are in a tuning run (they live as long as the run).
 """
-import argparse
-import json
 import os
 import shutil
 import sys
@@ -26,13 +24,12 @@ from ..space import layer_space
 from ..targets import get_target
 from ..tune.measure import Measurer, build_binary, load_program
 from ..variants import BY_NAME
+from . import script
 from .study import benchmark_layers, study_layer
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m aotconv.bench.compile_speedup",
-                                description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = script.parser("aotconv.bench.compile_speedup", __doc__)
     p.add_argument("--target", default="auto")
     p.add_argument("--layer", default="vgg.conv3_2", help="benchmark layer")
     p.add_argument("--scale", type=int, default=8, help="shrink the layer (as the study does)")
@@ -95,18 +92,11 @@ def main(argv=None):
     out = {"target": live.name, "device": ctx.found[1].name, "cores": cores, "layer": a.layer,
            "scale": a.scale, "rows": rows}
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(out, f, indent=1)
+        script.write_results(a.out, out)
     return 0
 
 
-def entry(argv=None):
-    """main() with a bad input said in one line (exit status 2), as the aotconv command does."""
-    try:
-        return main(argv)
-    except AotconvError as e:
-        print(f"compile_speedup: error: {e}", file=sys.stderr)
-        return 2
+entry = script.entry("compile_speedup", main)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,8 @@ generator. Per layer and budget: the median (over `--runs` seeds) % of the log's
 and the median number of trials until the search first reached 95% of the best (and the best
 itself; "-" when the median run never did within the whole log's size).
 """
-import argparse
-import json
 import math
 from pathlib import Path
-import shlex
 import statistics
 import sys
 
@@ -27,7 +24,9 @@ from ..tune.records import read_log
 from ..tune.replay import Recorded
 from ..tune.strategies import Evaluator, Exhausted, run as run_strategy
 from ..tune.strategies.seeding import Library, MAX_SEEDS
+from . import script
 
+MODULE = "aotconv.bench.seeding_study"
 BUDGETS = (4, 8, 16, 32)
 LEVELS = (95.0, 100.0)
 HORIZON = 64                # trials of each replay: "trials to" counts within these
@@ -130,34 +129,23 @@ def markdown(study):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m aotconv.bench.seeding_study",
-                                description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = script.parser(MODULE, __doc__)
     p.add_argument("folders", nargs="+", help="folders of one device's exhaustive logs")
     p.add_argument("--strategy", default="model")
     p.add_argument("--runs", type=int, default=24)
     p.add_argument("--out", help="write the study's JSON here (and the table next to it, .md)")
     a = p.parse_args(argv)
-    study = {"command": "python -m aotconv.bench.seeding_study " + " ".join(
-                 shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
+    study = {"command": script.command(MODULE, argv),
              "strategy": a.strategy, "runs": a.runs,
              "folders": {f: study_folder(f, a.strategy, a.runs) for f in a.folders}}
     text = markdown(study)
     if a.out:
-        out = Path(a.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(study, indent=1) + "\n")
-        out.with_suffix(".md").write_text(text)
+        script.write_results(a.out, study, text)
     print(text)
     return 0
 
 
-def entry(argv=None):
-    try:
-        return main(argv)
-    except AotconvError as e:
-        print(f"seeding_study: error: {e}", file=sys.stderr)
-        return 2
+entry = script.entry("seeding_study", main)
 
 
 if __name__ == "__main__":

@@ -16,13 +16,11 @@
 on PoCL in minutes (logs in results/<target>/study-logs-scale<S>/); `--replay-only` redoes
 steps 2-3 from the logs already there.
 """
-import argparse
 import importlib.util
 import json
 import math
 import os
 from pathlib import Path
-import shlex
 import statistics
 import sys
 import time
@@ -38,8 +36,10 @@ from ..tune.measure import Measurer
 from ..tune.records import Key, Store
 from ..tune.replay import Recorded, quality
 from ..tune.search import fallback_candidate
+from . import script
 from .sets import SETS
 
+MODULE = "aotconv.bench.study"
 REPO = Path(__file__).resolve().parent.parent.parent
 DEFAULT_LAYERS = ["alex.conv2", "vgg.conv3_2", "vgg.conv5_1", "boda.03.k1s1o112i14c512"]
 STRATEGIES = ["random", "annealing:T=2", "annealing:T=4", "annealing:T=6", "pso:S=3", "pso:S=6",
@@ -203,8 +203,7 @@ def markdown(study):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m aotconv.bench.study", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = script.parser(MODULE, __doc__)
     p.add_argument("--target", default="auto")
     p.add_argument("--layers", default=",".join(DEFAULT_LAYERS),
                    help="benchmark layer names, comma separated")
@@ -239,8 +238,7 @@ def main(argv=None):
     logs = Path(a.logs) if a.logs else default_logs(target.name, a.scale)
     out = Path(a.out) if a.out else default_out(target.name, a.scale)
     study = {"target": target.name, "scale": a.scale, "runs": a.runs,
-             "command": "python -m aotconv.bench.study " + " ".join(
-                 shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
+             "command": script.command(MODULE, argv),
              "layers": {}}
     strategies = [s for s in a.strategies.split(";") if s]
     for name in names:
@@ -265,21 +263,13 @@ def main(argv=None):
         entry["log"] = os.path.relpath(path, REPO)
         entry["analysis"] = analyse(path, a.runs, strategies)
         study["layers"][name] = entry
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(study, indent=1) + "\n")
-    md = Path(a.md) if a.md else out.with_suffix(".md")
-    md.write_text(markdown(study))
-    print(md.read_text())
+    table = markdown(study)
+    script.write_results(out, study, table, a.md)
+    print(table)
     return 0
 
 
-def entry(argv=None):
-    """main() with a bad input said in one line (exit status 2), as the aotconv command does."""
-    try:
-        return main(argv)
-    except AotconvError as e:
-        print(f"study: error: {e}", file=sys.stderr)
-        return 2
+entry = script.entry("study", main)
 
 
 if __name__ == "__main__":
