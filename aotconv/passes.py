@@ -136,30 +136,28 @@ def fusable_pools(net):
     return out
 
 
-def _chosen(fusable, which, what, rule):
-    """({conv: partner}, the convs to fuse): all fusable ones when `which` is None; a name in
-    `which` that is not fusable is an error saying what the rule is."""
+def _chosen(net, fusable, which, what, rule):
+    """(a copy of `net`, [(conv, partner)] of the copy's layers to fuse): the convs named in
+    `which` (all of `fusable`, [(conv name, partner name)], when None) and their partners; a
+    name in `which` that is not fusable is an error saying what the rule is."""
     pairs = dict(fusable)
     which = list(pairs) if which is None else list(which)
     bad = [c for c in which if c not in pairs]
     if bad:
         raise ValueError(f"cannot fuse {what} into {', '.join(bad)}: not {rule}")
-    return pairs, which
+    net = copy.deepcopy(net)
+    by_name = {l.name: l for l in net.layers}
+    return net, [(by_name[c], by_name[pairs[c]]) for c in which]
 
 
 def fuse_pool(net, which=None):
     """`net` with each conv named in `which` (all fusable ones when None) and its pool folded
     into one conv_pool layer named after the conv; `fused` records the pool (after any
     activation already fused into the conv). Names not fusable are an error."""
-    pairs, which = _chosen(fusable_pools(net), which, "a pool",
-                           "a conv whose only consumer is a max/avg pool")
-    net = copy.deepcopy(net)
-    if not which:
-        return net
-    by_name = {l.name: l for l in net.layers}
+    net, chosen = _chosen(net, fusable_pools(net), which, "a pool",
+                          "a conv whose only consumer is a max/avg pool")
     removed = {}
-    for cname in which:
-        c, p = by_name[cname], by_name[pairs[cname]]
+    for c, p in chosen:
         kind = "max" if p.op == "maxpool" else "avg"
         c.attrs = dict(c.attrs, pool=pool_attrs(kind, p.attrs))
         c.op = "conv_pool"
@@ -167,10 +165,7 @@ def fuse_pool(net, which=None):
         assert tuple(c.out_shape) == tuple(p.out_shape), (c.out_shape, p.out_shape)
         c.fused.append(p.name)
         removed[p.name] = c.name
-    net.layers = [l for l in net.layers if l.name not in removed]
-    for l in net.layers:
-        l.inputs = [removed.get(t, t) for t in l.inputs]
-    net.outputs = [removed.get(t, t) for t in net.outputs]
+    _rename(net, removed)
     return net
 
 
@@ -215,17 +210,13 @@ def fuse_residual(net, which=None):
     """`net` with each conv named in `which` (all fusable ones when None) and the add it feeds
     folded into one conv layer named after the conv (residual_layer), in the add's place in the
     order. Names not fusable are an error."""
-    pairs, which = _chosen(fusable_residuals(net), which, "a residual add",
-                           "a conv without act whose only consumer is an add of two tensors")
-    net = copy.deepcopy(net)
-    if not which:
-        return net
-    by_name = {l.name: l for l in net.layers}
-    fused = {pairs[c]: residual_layer(by_name[c], by_name[pairs[c]]) for c in which}
-    removed = {a: c.name for a, c in fused.items()}
+    net, chosen = _chosen(net, fusable_residuals(net), which, "a residual add",
+                          "a conv without act whose only consumer is an add of two tensors")
+    fused = {a.name: residual_layer(c, a) for c, a in chosen}
+    convs = {c.name for c, _ in chosen}
     # the fused layer runs where the add ran: after both of its inputs
-    net.layers = [fused.get(l.name, l) for l in net.layers if l.name not in which]
-    _rename(net, removed)
+    net.layers = [fused.get(l.name, l) for l in net.layers if l.name not in convs]
+    _rename(net, {a: c.name for a, c in fused.items()})
     return net
 
 
