@@ -30,7 +30,7 @@ own, as above. Under policy "measure" a pair is fused
                                                   lose; otherwise (a tuned conv against the
                                                   fused layer's untuned fallback) not fused
 """
-from dataclasses import dataclass, asdict, replace
+from dataclasses import asdict, field, make_dataclass, replace
 
 from . import passes
 from .errors import AotconvError
@@ -39,18 +39,18 @@ from .variants import for_layer
 POLICIES = ("measure", "always", "never")
 
 
-@dataclass(frozen=True)
-class Decision:
-    conv: str
-    pool: str
-    conv_ms: float = None
-    pool_ms: float = None
-    fused_ms: float = None
-    fused: bool = False
-    why: str = ""
+def _decision(name, partner, doc, *extra):
+    """The frozen dataclass `name` of one fusion decision: the conv, its `partner` (the layer
+    folded into it), the `extra` fields, the three times compared (the conv's, the partner's,
+    the fused layer's: None where unmeasured), whether the pair is fused and why."""
+    times = [(f"{who}_ms", float, field(default=None)) for who in ("conv", partner, "fused")]
+    return make_dataclass(
+        name, [("conv", str), (partner, str), *extra, *times,
+               ("fused", bool, field(default=False)), ("why", str, field(default=""))],
+        frozen=True, namespace={"__doc__": doc, "__module__": __name__, "as_dict": asdict})
 
-    def as_dict(self):
-        return asdict(self)
+
+Decision = _decision("Decision", "pool", "Whether a conv and the pool after it are fused.")
 
 
 def decide(pairs, choices, fused_choices, policy):
@@ -121,19 +121,10 @@ def apply(net, choices, target, policy="measure", mode="tune", choose_fn=None):
     return out, new, decisions
 
 
-@dataclass(frozen=True)
-class ResidualDecision:
-    conv: str
-    add: str
-    residual: str = None        # the add's other input, which the fused conv reads
-    conv_ms: float = None
-    add_ms: float = None
-    fused_ms: float = None
-    fused: bool = False
-    why: str = ""
-
-    def as_dict(self):
-        return asdict(self)
+ResidualDecision = _decision(
+    "ResidualDecision", "add", "Whether a conv and the residual add it feeds are fused; "
+    "`residual` is the add's other input, which the fused conv reads.",
+    ("residual", str, field(default=None)))
 
 
 def decide_residual(pairs, choices, fused_choices, policy, declined=None):
