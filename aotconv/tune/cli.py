@@ -9,30 +9,35 @@ from ..errors import AotconvError
 def add_commands(subparsers, load=None):
     """Register `space` and `tune`. `load(source, batch)` returns the network as the build
     sees it (after fusion passes); by default aotconv.spec.load_network."""
-    sp = subparsers.add_parser(
-        "space", help="show each variant's parameter space for a layer, before and after pruning",
+    sp = _network_command(
+        subparsers, "space", "layer name (repeatable; default: all)",
+        help="show each variant's parameter space for a layer, before and after pruning",
         description="Print the size of each kernel variant's parameter space for a layer, "
                     "before and after pruning, and how many points each constraint removed.")
-    sp.add_argument("net", help="a net.yaml or a shipped network's name")
-    sp.add_argument("--layer", action="append", help="layer name (repeatable; default: all)")
-    sp.add_argument("--target", default="auto", help="target profile (default: auto)")
-    sp.add_argument("--batch", type=int, help="override the batch size")
     sp.add_argument("--exact", action="store_true",
                     help="check every constraint on every point: per constraint the points it "
                          "rejects first (in level order) and all it rejects (minutes for the "
                          "implicit-GEMM convolution's millions of points)")
     sp.set_defaults(func=lambda a: cmd_space(a, load))
 
-    tp = subparsers.add_parser(
-        "tune", help="tune every layer on the target device and fill the tuning records",
+    tp = _network_command(
+        subparsers, "tune", "tune only this layer (repeatable)",
+        help="tune every layer on the target device and fill the tuning records",
         description="Search every layer's space on the target's device and append the "
                     "results to the tuning records (nothing is emitted).")
-    tp.add_argument("net", help="a net.yaml or a shipped network's name")
-    tp.add_argument("--target", default="auto", help="target profile (default: auto)")
     add_tuning_options(tp)
-    tp.add_argument("--layer", action="append", help="tune only this layer (repeatable)")
-    tp.add_argument("--batch", type=int, help="override the batch size")
     tp.set_defaults(func=lambda a: cmd_tune(a, load))
+
+
+def _network_command(subparsers, name, layer_help, **kw):
+    """The subcommand `name` (add_parser's `kw`) with what `space` and `tune` both take: the
+    network, --target, --batch and --layer (`layer_help`)."""
+    p = subparsers.add_parser(name, **kw)
+    p.add_argument("net", help="a net.yaml or a shipped network's name")
+    p.add_argument("--target", default="auto", help="target profile (default: auto)")
+    p.add_argument("--batch", type=int, help="override the batch size")
+    p.add_argument("--layer", action="append", help=layer_help)
+    return p
 
 
 def add_tuning_options(p):
