@@ -136,12 +136,16 @@ def _check_owned(p):
 
 def _check_subdirs(p):
     for sub in OUTPUT_SUBDIRS:
-        q = p / sub
-        if q.is_symlink():
-            raise _symlink_error(q)
-        if q.exists() and not q.is_dir():
-            raise _err(q, "is not a directory but aotconv writes its outputs there",
-                       f"move it away or {_CHOOSE}")
+        _check_dir(p / sub)
+
+
+def _check_dir(q):
+    """`q`, a directory aotconv writes its outputs in, is a real directory or absent."""
+    if q.is_symlink():
+        raise _symlink_error(q)
+    if q.exists() and not q.is_dir():
+        raise _err(q, "is not a directory but aotconv writes its outputs there",
+                   f"move it away or {_CHOOSE}")
 
 
 def _symlink_error(q):
@@ -282,11 +286,7 @@ class OutputDir:
         q = self.path
         for part in PurePosixPath(rel).parts[:-1]:
             q = q / part
-            if q.is_symlink():
-                raise _symlink_error(q)
-            if q.exists() and not q.is_dir():
-                raise _err(q, "is not a directory but aotconv writes its outputs there",
-                           f"move it away or {_CHOOSE}")
+            _check_dir(q)
 
     def _write_marker(self, state):
         doc = dict(self._doc, aotconv=__version__, network=self.network, state=state)
