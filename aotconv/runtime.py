@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .closeable import Closeable
 from .errors import AotconvError
 
 _CDEF = """
@@ -44,7 +45,7 @@ class LibraryError(AotconvError):
         super().__init__(f"[{code}] {message}")
 
 
-class Network:
+class Network(Closeable):
     """A built network: `net(x)` runs the library on a float32 NCHW array and returns the output.
 
     `queue`: a pyopencl CommandQueue to create the handle on (create_with_queue); then
@@ -216,12 +217,6 @@ class Network:
             self.close()
         except Exception:
             pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def _read_meta(path):

@@ -46,6 +46,7 @@ import zlib
 import numpy as np
 
 from .. import protocol
+from ..closeable import Closeable
 from ..errors import KernelBuildError
 from ..harness import BUILD_OPTIONS, cl as pyopencl, context_for, random_inputs
 from ..variants import BY_NAME
@@ -407,7 +408,7 @@ def run_candidate(tick, target, job):
 
 # -- the parent's side -------------------------------------------------------------------------
 
-class MeasurerBase:
+class MeasurerBase(Closeable):
     """The interface the search measures with.
 
     measure(layer, candidates, variants=None, on_outcome=None) -> [Outcome], in the order of
@@ -421,15 +422,6 @@ class MeasurerBase:
 
     def measure(self, layer, candidates, variants=None, on_outcome=None):
         raise NotImplementedError
-
-    def close(self):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class Measurer(MeasurerBase):
