@@ -11,7 +11,10 @@ from .errors import AotconvError
 def add_target_args(p):
     p.add_argument("--target", default="auto",
                    help="target profile (see `aotconv targets`), or auto for the device present")
-    p.add_argument("--batch", type=int, help="override the network's batch size")
+    p.add_argument("--batch", metavar="N[,N...]",
+                   help="override the network's batch size; increasing sizes (1,8,32) build "
+                        "one library that runs any number of samples up to the largest "
+                        "(docs/c-api.md, Batch sizes)")
 
 
 # -- option values, checked before any work ---------------------------------------------------
@@ -31,10 +34,13 @@ def check_args(a):
     seed = getattr(a, "seed", None)
     if seed is not None and not 0 <= seed < SEED_LIMIT:
         raise AotconvError(f"--seed {seed}: give an integer from 0 to {SEED_LIMIT - 1}")
+    if isinstance(getattr(a, "batch", None), str):      # build: one size or several
+        from .batches import parse_sizes
+        a.batch = parse_sizes(a.batch, "--batch")
     for name, low in (("batch", 1), ("jobs", 0), ("repeats", 1), ("warmup", 0),
                       ("verify_images", 0)):
         v = getattr(a, name, None)
-        if v is not None and v < low:
+        if isinstance(v, int) and v < low:
             what = "a positive integer" if low == 1 else "an integer >= 0"
             raise AotconvError(f"{_opt(name)} {v}: give {what}")
     for name, positive in (("max_measure_s", True), ("deadline", True),
@@ -112,8 +118,9 @@ def check_weights(a):
     from .params import from_npz
     from .spec import load_network
     from .compiler import _import_onnx
-    im = _import_onnx(a.net, a.batch, a.input_shape)
-    from_npz(im.network if im else load_network(a.net, batch=a.batch), a.weights)
+    batch = a.batch[0] if a.batch else None     # the parameters are those of every size
+    im = _import_onnx(a.net, batch, a.input_shape)
+    from_npz(im.network if im else load_network(a.net, batch=batch), a.weights)
 
 
 def cmd_build(a):
@@ -158,14 +165,19 @@ def cmd_run(a):
     import numpy as np
     from .runtime import load
     with load(a.dir) as net:
-        x = np.random.default_rng(a.seed).standard_normal(net.input_shape).astype(np.float32)
+        n = a.batch or net.batch_sizes[-1]
+        x = np.random.default_rng(a.seed).standard_normal(
+            (n,) + tuple(net.input_shape[1:])).astype(np.float32)
         y = net(x)
         ys = y if isinstance(y, list) else [y]
-        for s, v in zip(net.output_shapes, ys):
+        if len(net.batch_sizes) > 1 or n != net.batch_sizes[-1]:
+            print(f"{n} samples, run at batch size {net.serving(n)} (the library's: "
+                  f"{', '.join(map(str, net.batch_sizes))})")
+        for v in ys:
             flat = v.reshape(v.shape[0], -1)
-            print(f"output {'x'.join(map(str, s))}: mean {v.mean():.6f} std {v.std():.6f}; "
+            print(f"output {'x'.join(map(str, v.shape))}: mean {v.mean():.6f} std {v.std():.6f}; "
                   f"argmax of the first item {int(flat[0].argmax())}")
-        prof = net.profile()
+        prof = net.profile(batch=net.serving(n))
         print(f"{'kernel':40s} {'ms':>10s}")
         for k, ms in prof:
             print(f"{k:40s} {ms:10.4f}")
@@ -212,6 +224,9 @@ def parser():
     r = sub.add_parser("run", help="run a built library on random input; print output and times")
     r.add_argument("dir")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--batch", type=int, metavar="N",
+                   help="run N samples (1 to the library's largest batch size, the default): "
+                        "the smallest batch size >= N runs")
     r.set_defaults(func=cmd_run)
 
     t = sub.add_parser("targets", help="list target profiles and whether their device is present")

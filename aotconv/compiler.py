@@ -1,5 +1,8 @@
 """The whole flow of `aotconv build`: spec -> passes -> choose -> schedule -> emit -> ninja ->
-params -> (device present) run the library, check it against numpy, profile, report."""
+params -> (device present) run the library, check it against numpy, profile, report.
+
+With several batch sizes (`--batch 1,8,32`) every size goes through spec -> schedule on its
+own (tuned per shape), and aotconv.batches merges the schedules into one library."""
 from dataclasses import dataclass
 from pathlib import Path
 import sys
@@ -8,7 +11,7 @@ import time
 import numpy as np
 
 from . import params as params_mod
-from . import binaries, fusion, layouts, passes, spec
+from . import batches, binaries, fusion, layouts, passes, spec
 from .build import build as ninja_build
 from .choose import choose
 from .context import BuildContext
@@ -16,8 +19,10 @@ from .emit import emit
 from .graph import Network
 from .outdir import OutputDir
 from .report import write_report
+from .reference import run_network
 from .schedule import build_schedule, c_ident
 from .targets import get_target
+from .tune.search import Budget, Clock
 
 
 @dataclass
@@ -30,6 +35,22 @@ class BuildResult:
     check_error: float = None
     check_reference: str = "numpy"   # what --check compared with (onnxruntime for .onnx)
     programs: object = None  # binaries.ProgramPlan: joined or per layer, binaries embedded
+    sizes: list = None       # several batch sizes: [SizeResult] in increasing order
+    check_n: int = None      # and the n between two sizes that --check ran, if any
+
+
+@dataclass
+class SizeResult:
+    """One batch size of a library of several: its schedule, its kernels' times (when
+    measured) and its --check error."""
+    batch: int
+    schedule: object
+    profile: list = None
+    check_error: float = None
+
+    @property
+    def net(self):
+        return self.schedule.net
 
 
 def log(msg, quiet=False):
@@ -42,18 +63,26 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
                     require_tuned=False, check=False, measure=True, quiet=False, json_progress=False,
                     jobs=None, fuse_pool="measure", input_shapes=None, binaries=True):
     """Build the library of `source` (a net.yaml, a shipped network's name or an .onnx model)
-    for `target` into `outdir`; the keywords are `aotconv build`'s options."""
+    for `target` into `outdir`; the keywords are `aotconv build`'s options. `batch`: None (the
+    network's own), a size, or increasing sizes (a list, or the text "1,8,32"): one library
+    that runs any number of samples up to the largest (docs/c-api.md, Batch sizes)."""
     t0 = time.time()
+    sizes = batches.parse_sizes(batch, where="batch")
     tgt = get_target(target)
-    imported = _import_onnx(source, batch, input_shapes)
-    net0 = imported.network if imported else spec.load_network(source, batch=batch)
-    # the user's weights are read and checked before anything is tuned
-    flat = (params_mod.from_npz(net0, weights) if weights else
-            imported.params if imported else None)
-    net = passes.optimise(net0)
+    units = [_Unit(b, *_load(source, b, input_shapes)) for b in (sizes or (None,))]
+    first = units[0]
+    # the user's weights are read and checked before anything is tuned; the parameters do not
+    # depend on the batch size
+    flat = (params_mod.from_npz(first.net0, weights) if weights else
+            first.imported.params if first.imported else None)
+    for u in units:
+        u.net = passes.optimise(u.net0)
+    net0, net = units[-1].net0, units[-1].net
     outdir = Path(outdir or Path("build") / net.name)
-    job = _Job(net0, flat, seed, check, measure, fuse_pool, imported,
-               reference_ok=imported is not None and not weights, binaries=binaries)
+    job = _Job(units, flat, seed, check, measure, fuse_pool,
+               reference_ok=first.imported is not None and not weights, binaries=binaries)
+    sized = (f"batch sizes {', '.join(str(u.batch) for u in units)}, "
+             if len(units) > 1 else "")
     # the output directory is checked, locked and marked before any kernel is built;
     # everything is written under od.staging and moved into place at the end (aotconv.outdir)
     with BuildContext.make(tgt, mode=tune_mode, tuning_db=tuning_db, budget=budget,
@@ -61,8 +90,8 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
                            quiet=quiet, json_progress=json_progress) as ctx, \
             OutputDir(outdir, network=net.name, quiet=quiet) as od:
         log(f"aotconv: {net.name}: {len(net0.layers)} layers ({len(net.layers)} after fusion), "
-            f"target {tgt.name}, output {outdir}", quiet)
-        res = _build_into(od, ctx, net, job, quiet)
+            f"{sized}target {tgt.name}, output {outdir}", quiet)
+        res = _build_into(od, ctx, job, quiet)
         od.commit()
     res.outdir = outdir
     log(f"aotconv: built {outdir}/lib{c_ident(net.name)}.so and .a "
@@ -70,24 +99,87 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     return res
 
 
+def _load(source, batch, input_shapes):
+    """(the ONNX import or None, the network as written) of `source` at `batch`."""
+    imported = _import_onnx(source, batch, input_shapes)
+    return imported, imported.network if imported else spec.load_network(source, batch=batch)
+
+
+@dataclass
+class _Unit:
+    """One batch size of a build: the network as written (parameters follow its layout), after
+    passes, and its ONNX import (whose reference --check may use)."""
+    batch: int               # None: the network's own, in a single-size build
+    imported: object
+    net0: object
+    net: object = None
+
+
 @dataclass
 class _Job:
-    """What a build makes besides the kernels: the network as written, its parameters, and
-    what to do with the library once it is built."""
-    net0: object             # the network before passes (parameters follow its layout)
+    """What a build makes besides the kernels: the network at each batch size, its
+    parameters, and what to do with the library once it is built."""
+    units: list              # [_Unit], increasing batch sizes
     flat: object             # the parameters given (weights file, ONNX initializers), or None
     seed: int                # seeds the random parameters and the check's input
     check: bool
     measure: bool
     fuse_pool: str
-    imported: object = None  # the ONNX import, whose reference --check may use
-    reference_ok: bool = False
+    reference_ok: bool = False   # the ONNX import's reference may stand for numpy's
     binaries: bool = True    # embed device binaries where the target's device is present
 
+    @property
+    def net0(self):
+        return self.units[-1].net0
 
-def _build_into(od, ctx, net, job, quiet):
+    @property
+    def ranged(self):
+        return len(self.units) > 1
+
+
+def _build_into(od, ctx, job, quiet):
     """Everything of a build written into the staging directory `od.staging`."""
     stage = od.staging
+    scheds = []
+    clock = ctx.budget if isinstance(ctx.budget, Clock) else None
+    for i, u in enumerate(job.units):
+        if clock is not None and job.ranged:
+            # a time budget is shared by the sizes: each gets an equal part of what is left
+            ctx.budget = Clock(Budget("seconds", max(clock.left(), 1.0) / (len(job.units) - i)),
+                               kind=clock.kind)
+        scheds.append(_schedule(ctx, u, job, quiet))
+    ctx.budget = clock if clock is not None else ctx.budget
+    sch = batches.merge([(u.batch, s) for u, s in zip(job.units, scheds)]) if job.ranged \
+        else scheds[0]
+    plan = binaries.plan(sch.programs, ctx, binaries=job.binaries, log=lambda m: log(m, quiet))
+    log(f"aotconv: programs: {plan.note}", quiet)
+    emit(sch, ctx.profile, stage, prefix=od.path, programs=plan)
+    flat = job.flat if job.flat is not None else params_mod.random_params(job.net0, seed=job.seed)
+    params_mod.write_bin(stage / f"{c_ident(sch.net.name)}.params.bin", flat)
+    ninja_build(stage)
+
+    res = BuildResult(od.path, sch.net, sch, ctx.profile, programs=plan)
+    if job.ranged:
+        res.sizes = [SizeResult(u.batch, s) for u, s in zip(job.units, scheds)]
+    if job.measure and ctx.present:
+        refs = [_reference(u, job, flat) for u in job.units]
+        if job.ranged:
+            measure_sizes(stage, res, job, flat, refs)
+        else:
+            res.profile, res.check_error = measure_library(stage, job.net0, flat, job.seed,
+                                                           job.check, ref=refs[0])
+        res.check_reference = getattr(refs[0], "name", "numpy")
+    elif job.measure:
+        log(f"aotconv: the {ctx.profile.name} device is not present: library built, not run; "
+            f"report.md has no measured times", quiet)
+    write_report(res, stage / "report.md")
+    return res
+
+
+def _schedule(ctx, u, job, quiet):
+    """The Schedule of one batch size: choices (tuned, recorded or fallback), pools and
+    residual adds fused where measured faster, layouts planned, conversions inserted."""
+    net = u.net
 
     def choose_only(n, only):
         return choose(n, ctx, only=only)
@@ -104,31 +196,28 @@ def _build_into(od, ctx, net, job, quiet):
     net, choices, residual = fusion.apply_residual(net, choices, ctx.profile, "measure",
                                                    ctx.mode, choose_only)
     choices, layout_plan = layouts.plan_network(net, choices, ctx)
-    sch = build_schedule(net, choices, convert=choose_conversions, source=job.net0)
+    sch = build_schedule(net, choices, convert=choose_conversions, source=u.net0,
+                         file_suffix=batches.file_suffix(u.batch, job.ranged))
     sch.fusion, sch.residual, sch.layout_plan = fused, residual, layout_plan
-    net = sch.net
     if fused or residual or sch.conversions:
-        log(f"aotconv: {sum(d.fused for d in fused)} of {len(fused)} pools and "
+        at = f"batch {u.batch}: " if job.ranged else ""
+        log(f"aotconv: {at}{sum(d.fused for d in fused)} of {len(fused)} pools and "
             f"{sum(d.fused for d in residual)} of {len(residual)} residual adds fused into "
             f"their conv; {len(sch.conversions)} layout conversions inserted", quiet)
-    plan = binaries.plan(sch.programs, ctx, binaries=job.binaries, log=lambda m: log(m, quiet))
-    log(f"aotconv: programs: {plan.note}", quiet)
-    emit(sch, ctx.profile, stage, prefix=od.path, programs=plan)
-    flat = job.flat if job.flat is not None else params_mod.random_params(job.net0, seed=job.seed)
-    params_mod.write_bin(stage / f"{c_ident(net.name)}.params.bin", flat)
-    ninja_build(stage)
+    return sch
 
-    res = BuildResult(od.path, net, sch, ctx.profile, programs=plan)
-    if job.measure and ctx.present:
-        ref = job.imported.reference() if job.reference_ok and job.check else None
-        res.profile, res.check_error = measure_library(stage, job.net0, flat, job.seed,
-                                                       job.check, ref=ref)
-        res.check_reference = ref.name if ref else "numpy"
-    elif job.measure:
-        log(f"aotconv: the {ctx.profile.name} device is not present: library built, not run; "
-            f"report.md has no measured times", quiet)
-    write_report(res, stage / "report.md")
-    return res
+
+def _reference(u, job, flat):
+    """What --check compares size `u` with: the ONNX import's reference (onnxruntime) where
+    it may stand, else the float64 numpy reference of the network as written. None without
+    --check."""
+    if not job.check:
+        return None
+    if job.reference_ok:
+        ref = u.imported.reference()
+        if ref is not None:
+            return ref
+    return lambda x: run_network(u.net0, x, params_mod.split(u.net0, flat))
 
 
 def _import_onnx(source, batch, input_shapes):
@@ -144,24 +233,72 @@ def _import_onnx(source, batch, input_shapes):
 
 def measure_library(outdir, net0, flat, seed, check, runs=5, ref=None):
     """Run the built library on random input: median per-kernel times, optional numpy check."""
-    from .harness import close
-    from .reference import run_network
     from .runtime import load
     rng = np.random.default_rng(seed + 1)
     x = rng.standard_normal(net0.input_shape).astype(np.float32)
     with load(outdir) as lib:
         lib.set_params(flat)
         out = lib(x)
-        times = []
-        for _ in range(runs):
-            lib(x)
-            times.append([ms for _, ms in lib.profile()])
-        med = np.median(np.array(times), axis=0) if times and times[0] else []
-        prof = list(zip(lib.kernel_names, [float(t) for t in med]))
+        prof = _median_profile(lib, x, runs)
     err = None
     if check:
-        ref = ref(x) if ref else run_network(net0, x, params_mod.split(net0, flat))
-        outs = out if isinstance(out, list) else [out]
-        refs = ref if isinstance(ref, list) else [ref]
-        err = max(close(o, r)[1] for o, r in zip(outs, refs))
+        ref = ref or (lambda x: run_network(net0, x, params_mod.split(net0, flat)))
+        err = _error(out, ref(x))
     return prof, err
+
+
+def measure_sizes(outdir, res, job, flat, refs, runs=5):
+    """Every size of a ranged library run with its own number of samples (median per-kernel
+    times, --check against its reference), and with --check one n between two sizes (the
+    first gap: 5 of sizes 1, 8), against the reference of the size that serves it on the n
+    samples padded with zeros, its first n outputs."""
+    from .runtime import load
+    rng = np.random.default_rng(job.seed + 1)
+    with load(outdir) as lib:
+        lib.set_params(flat)
+        for z, u, ref in zip(res.sizes, job.units, refs):
+            x = rng.standard_normal(u.net0.input_shape).astype(np.float32)
+            out = lib(x)
+            z.profile = _median_profile(lib, x, runs, batch=z.batch)
+            z.check_error = _error(out, ref(x)) if ref else None
+        n, at = between(lib.batch_sizes)
+        if job.check and n is not None:
+            k = lib.batch_sizes.index(at)
+            x = np.zeros(job.units[k].net0.input_shape, np.float32)
+            x[:n] = rng.standard_normal((n,) + x.shape[1:])
+            out = lib(x[:n])
+            want = refs[k](x)
+            want = [r[:n] for r in want] if isinstance(want, list) else want[:n]
+            res.check_n = n
+            res.check_error = _error(out, want)
+    res.profile = [p for z in res.sizes for p in (z.profile or [])]
+    errs = [e for e in [res.check_error] + [z.check_error for z in res.sizes] if e is not None]
+    res.check_error = max(errs) if errs else None
+
+
+def between(sizes):
+    """(n, size): an n that is not a batch size, from the first gap among 0 and the sizes, and
+    the size that serves it; (None, None) when the sizes leave no gap (1, 2, 3)."""
+    for a, b in zip((0,) + tuple(sizes), sizes):
+        if b - a > 1:
+            return a + (b - a + 1) // 2, b
+    return None, None
+
+
+def _median_profile(lib, x, runs, batch=None):
+    """[(kernel, median ms)] of `runs` runs of `x` (the kernels of size `batch`, else all)."""
+    times = []
+    for _ in range(runs):
+        lib(x)
+        times.append([ms for _, ms in lib.profile(batch=batch)])
+    med = np.median(np.array(times), axis=0) if times and times[0] else []
+    names = [k for k, _ in lib.profile(batch=batch)]
+    return list(zip(names, [float(t) for t in med]))
+
+
+def _error(out, ref):
+    """The largest hybrid error of the library's outputs against the reference's."""
+    from .harness import close
+    outs = out if isinstance(out, list) else [out]
+    refs = ref if isinstance(ref, list) else [ref]
+    return max(close(o, r)[1] for o, r in zip(outs, refs))

@@ -5,6 +5,7 @@ Only text is produced here; aotconv.build runs ninja and aotconv.report writes r
 """
 import functools
 import json
+import math
 import os
 from pathlib import Path
 import re
@@ -108,29 +109,36 @@ def binary_array(blob):
     return ",\n".join(",".join(str(b) for b in blob[i:i + 24]) for i in range(0, len(blob), 24))
 
 
+def library_of(sch):
+    """The batches.Library of `sch`: itself, or a Schedule's one size."""
+    from .batches import Library, merge
+    return sch if isinstance(sch, Library) else merge([(sch.net.input_shape[0], sch)])
+
+
 def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
-    """Write every generated text file of `sch` (a Schedule) into `outdir`, a new empty
-    directory (aotconv.outdir's staging; nothing is deleted here). `prefix`: the directory the
-    files end up in, for the .pc (default `outdir`). `programs`: the binaries.ProgramPlan
-    (default: one program per layer, source only)."""
+    """Write every generated text file of `sch` (a Schedule, or a batches.Library of several
+    batch sizes) into `outdir`, a new empty directory (aotconv.outdir's staging; nothing is
+    deleted here). `prefix`: the directory the files end up in, for the .pc (default `outdir`).
+    `programs`: the binaries.ProgramPlan (default: one program per layer, source only)."""
     from .binaries import ProgramPlan, join_sections
+    lib = library_of(sch)
     if programs is None:
-        programs = ProgramPlan(False, join_sections([p.source for p in sch.programs],
-                                                    [p.file for p in sch.programs]),
+        programs = ProgramPlan(False, join_sections([p.source for p in lib.programs],
+                                                    [p.file for p in lib.programs]),
                                note="built without a program plan: source only")
-    net = sch.net
+    net = lib.net
     name = c_ident(net.name)
     check_net_name(name, cc)
     out = Path(outdir)
     (out / "kernels").mkdir(parents=True, exist_ok=True)
-    for p in sch.programs:
+    for p in lib.programs:
         (out / "kernels" / f"{p.file}.cl").write_text(p.source)
 
     runtime = out / "runtime"
     shutil.copytree(RUNTIME_DIR, runtime)
 
     launches = []
-    for l in sch.launches:
+    for l in lib.launches:
         dims = len(l.gsize)
         g = list(l.gsize) + [1] * (3 - dims)
         loc = list(l.lsize) + [1] * (3 - len(l.lsize)) if l.lsize else [0, 0, 0]
@@ -138,17 +146,19 @@ def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
                              nargs=len(l.args), args=[_arg_c(a) for a in l.args] or ["{0}"],
                              dims=dims, **{"global": ", ".join(map(str, g))},
                              local=", ".join(map(str, loc))))
-    params = _param_macros(sch)
+    params = _param_macros(lib)
     outputs_doc = ", ".join(f"{t} {'x'.join(map(str, net.shape_of(t)))}" for t in net.outputs)
     ns = dict(name=name, NAME=name.upper(), target=target.name, version=__version__,
-              input_shape=net.input_shape, input_count=sch.input[1],
-              output_count=sch.output_count, outputs_doc=outputs_doc,
-              param_count=sch.param_count, kernel_count=len(sch.run_launches), params=params,
-              memory=memory_of(sch), programs_doc=programs.note,
+              input_shape=net.input_shape, input_count=lib.input[1],
+              output_count=lib.output_count, outputs_doc=outputs_doc,
+              param_count=lib.param_count, kernel_count=len(lib.run_launches), params=params,
+              batch_sizes=lib.batches, input_sample=lib.input_sample,
+              output_sample=lib.output_sample, kernel_counts=[z.nrun for z in lib.sizes],
+              memory=memory_of(lib), programs_doc=programs.note,
               has_binaries=programs.has_binaries, comment=c_comment)
     (out / f"{name}.h").write_text(_render("c/net.h.mako", **ns))
     progs = [dict(layer=p.layer, file=p.file, cstring=c_string(p.source), prologue=pro,
-                  epilogue=epi) for p, (pro, epi) in zip(sch.programs, programs.sections)]
+                  epilogue=epi) for p, (pro, epi) in zip(lib.programs, programs.sections)]
     binaries_file = f"{name}_binaries.h"
     blobs = list(programs.blobs) if programs.has_binaries else []
     if blobs:
@@ -158,10 +168,9 @@ def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
         joined=programs.joined, binaries=blobs, binaries_file=binaries_file,
         binary_device=programs.device or "", binary_driver=programs.driver or "",
         binary_note=programs.note,
-        buffers=sch.buffers, params=sch.params, folds=sch.folds, launches=launches,
-        outputs=sch.outputs,
-        input=sch.input, output_count=sch.output_count, param_count=sch.param_count,
-        kernel_count=len(sch.run_launches), vendor_pattern=_pattern(target.vendor),
+        buffers=lib.buffers, params=lib.params, folds=lib.folds, launches=launches,
+        sizes=lib.sizes, noutputs=len(lib.outputs), param_count=lib.param_count,
+        kernel_count=len(lib.run_launches), vendor_pattern=_pattern(target.vendor),
         device_pattern=_pattern(target.device), build_options=" ".join(BUILD_OPTIONS),
         comment=c_comment, cstr=c_literal))
     objects = [(f"{name}.c", f"{name}.o")] + [
@@ -175,7 +184,7 @@ def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
     (out / f"{name}Config.cmake").write_text(_render(
         "c/netConfig.cmake.mako", name=name, target=target.name, version=__version__,
         comment=c_comment))
-    write_tuning_json(sch, target, out / "tuning.json")
+    write_tuning_json(lib, target, out / "tuning.json")
     return out
 
 
@@ -196,7 +205,32 @@ def _binaries_text(name, blobs, programs):
     return "\n".join(lines)
 
 
+# what every size of a library has in common: written once, at the top of tuning.json
+_COMMON = ("aotconv", "network", "c_name", "target", "param_count")
+
+
 def write_tuning_json(sch, target, path):
+    """tuning.json: what was chosen for `sch` (a Schedule or a batches.Library) and why; the
+    largest size's choices at the top, and under `batch_sizes` each size's profile() entries
+    (and, with several sizes, each size's own document)."""
+    lib = library_of(sch)
+    doc = _tuning_doc(lib.largest.schedule, target)
+    doc["batch_sizes"] = []
+    for z in lib.sizes:
+        entry = dict(batch=z.batch, first_kernel=z.first_run, kernels=z.nrun)
+        if lib.ranged:
+            own = _tuning_doc(z.schedule, target)
+            entry.update((k, v) for k, v in own.items() if k not in _COMMON)
+        doc["batch_sizes"].append(entry)
+    if lib.ranged:
+        # the library's own buffers, shared by the sizes
+        doc["activation_bytes"] = lib.act_bytes
+        doc["scratch_bytes"] = sum(b.bytes for b in lib.buffers if b.kind == "scratch")
+    Path(path).write_text(json.dumps(_finite(doc), indent=1, allow_nan=False) + "\n")
+
+
+def _tuning_doc(sch, target):
+    """tuning.json's document of one Schedule."""
     layers = []
     for l in sch.net.layers:
         if l.name not in sch.choices:
@@ -229,18 +263,18 @@ def write_tuning_json(sch, target, path):
         layers=[dict(name=n, tensor=net.layer(n).inputs[0], src=net.layer(n).attrs["src"],
                      dst=net.layer(n).attrs["dst"]) for n in sch.conversions])
     doc["layout_plan"] = sch.layout_plan.as_dict() if sch.layout_plan is not None else None
-    # strict JSON: a non-finite number (an unmeasured or impossible time) is written as null
-    import math
+    return doc
 
-    def finite(v):
-        if isinstance(v, float):
-            return v if math.isfinite(v) else None
-        if isinstance(v, dict):
-            return {k: finite(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [finite(x) for x in v]
-        return v
-    Path(path).write_text(json.dumps(finite(doc), indent=1, allow_nan=False) + "\n")
+
+def _finite(v):
+    """strict JSON: a non-finite number (an unmeasured or impossible time) is written as null"""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
 
 
 def _jsonable(stats):

@@ -20,24 +20,79 @@ def _stats(c):
 
 def write_report(res, path):
     net, sch, tgt = res.net, res.schedule, res.target
-    per_layer = defaultdict(float)
-    if res.profile:
-        for kname, ms in res.profile:
-            per_layer[kname.split("/")[0]] += ms
     lines = [f"# {net.name} for {tgt.name}", "",
              f"aotconv {__version__}; target: {tgt.summary()}.", ""]
+    if res.sizes:
+        lines += _sizes(res)
+    else:
+        lines += _measured(res) + _layer_table(net, sch, tgt, res.profile)
+    lines += _memory(sch, res)
+    lines += _programs(res)
+    if res.sizes:
+        for z in res.sizes:
+            lines += [f"## Batch {z.batch}"] + _layer_table(z.net, z.schedule, tgt, z.profile)
+            lines += [""] + _fusion_and_layouts(z.schedule, level="###")
+    else:
+        lines += _fusion_and_layouts(sch)
+    lines += _figures(res, path)
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def _measured(res):
+    """How the times were measured and what the output was checked against."""
+    lines = []
     if res.profile:
-        total = sum(per_layer.values())
+        total = sum(ms for _, ms in res.profile)
         lines.append(f"Measured on the device through the emitted library: median of 5 runs, "
                      f"OpenCL profiling events; total kernel time **{total:.3f} ms**.")
     else:
         lines.append("The target's device was not present at build time: no measured times.")
     if res.check_error is not None:
-        lines.append(f"Output checked against the float64 numpy reference: max hybrid error "
+        against = ("the float64 numpy reference" if res.check_reference == "numpy"
+                   else res.check_reference)
+        lines.append(f"Output checked against {against}: max hybrid error "
                      f"{res.check_error:.2e} (tolerance 1e-3).")
-    lines += ["", "| layer | op | in | out | MFLOP | kernel | config | source | ms | GFLOP/s | % peak "
-              "| tried / pruned / build fail / launch fail / wrong / timeout |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    return lines
+
+
+def _sizes(res):
+    """A library of several batch sizes: which, how a call picks one, each size's kernels and
+    time."""
+    sizes = res.sizes
+    measured = any(z.profile for z in sizes)
+    lines = [f"Batch sizes **{', '.join(str(z.batch) for z in sizes)}** in one library: a call "
+             f"with n samples (`run_n`, 1 to {sizes[-1].batch}) runs the smallest size >= n, "
+             f"its input padded with zeros; `run()` runs {sizes[-1].batch} (docs/c-api.md, "
+             f"Batch sizes).", ""]
+    if measured:
+        lines.append("Measured on the device through the emitted library, each size with its "
+                     "own number of samples: median of 5 runs, OpenCL profiling events.")
+    else:
+        lines.append("The target's device was not present at build time: no measured times.")
+    if res.check_error is not None:
+        between = f" and n = {res.check_n} (between two sizes)" if res.check_n else ""
+        lines.append(f"Output checked against the float64 numpy reference at every size"
+                     f"{between}: max hybrid error {res.check_error:.2e} (tolerance 1e-3).")
+    lines += ["", "| batch | kernels per run | kernel ms | ms per sample | activations (its own "
+              "plan) | check error |", "|---|---|---|---|---|---|"]
+    for z in sizes:
+        ms = sum(t for _, t in z.profile) if z.profile else None
+        err = f"{z.check_error:.2e}" if z.check_error is not None else "-"
+        lines.append(f"| {z.batch} | {len(z.schedule.run_launches)} | {_ms(ms)} "
+                     f"| {_ms(ms / z.batch if ms is not None else None)} "
+                     f"| {_size(z.schedule.act_bytes)} | {err} |")
+    return lines + [""]
+
+
+def _layer_table(net, sch, tgt, profile):
+    """Per layer: op, shapes, MFLOP, the chosen kernel and configuration, its measured time."""
+    per_layer = defaultdict(float)
+    for kname, ms in profile or []:
+        per_layer[kname.split("/")[0]] += ms
+    lines = ["", "| layer | op | in | out | MFLOP | kernel | config | source | ms | GFLOP/s "
+             "| % peak | tried / pruned / build fail / launch fail / wrong / timeout |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     # the network as written: what each fused name was
     src = {l.name: l for l in (getattr(sch, "source", None) or net).layers}
     for l in net.layers:
@@ -61,12 +116,7 @@ def write_report(res, path):
             f"| {fl / 1e6:.2f} | {c.variant} | {c.cfg} | {c.source} "
             f"| {'%.4f' % ms if ms is not None else '-'} | {'%.1f' % gf if gf else '-'} "
             f"| {'%.1f' % pk if pk else '-'} | {_stats(c)} |")
-    lines += _memory(sch, res)
-    lines += _programs(res)
-    lines += _fusion_and_layouts(sch)
-    lines += _figures(res, path)
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
+    return lines
 
 
 STAGE_BYTES, STAGE_SLOTS = 4 << 20, 4     # runtime_c/aotconv_rt.h: run()'s staging ring
@@ -94,23 +144,47 @@ def _memory(sch, res):
     m = memory_of(sch)
     acts = sum(1 for b in sch.buffers if b.kind == "act")
     io = 4 * (sch.input[1] + sch.output_count)
+    if res.sizes:
+        from .batches import unshared_bytes
+        own = ", ".join(f"{z.batch}: {_size(z.schedule.act_bytes)}" for z in res.sizes)
+        act_note = (f"{_size(m['activation'])} in {acts} buffers shared by the batch sizes "
+                    f"(buffer i as large as the largest size's buffer i; each size's own plan: "
+                    f"{own})")
+        param_note = "shared by the batch sizes"
+        variant_note = "each batch size its own"
+        scratch_note = "shared by all layers of every batch size"
+        total_note = (f" (the sizes as libraries of their own: "
+                      f"{_size(unshared_bytes(sch))})")
+        io_note = f"one input and one output of batch {res.sizes[-1].batch}"
+    else:
+        act_note = (f"{_size(m['activation'])} in {acts} buffers reused by liveness (one buffer "
+                    f"per tensor: {_size(sch.naive_act_bytes)})")
+        param_note = "as the kernels read them"
+        variant_note = "packed or transformed weights"
+        scratch_note = "shared by all layers"
+        total_note, io_note = "", "one input and one output"
     return ["", "## Memory", "",
             "Device memory that create() allocates (the header's `AOTCONV_<NET>_*_BYTES`, "
             "`aotconv_<net>_memory()` at run time):", "",
             "| what | bytes | |", "|---|---|---|",
-            f"| activations | {m['activation']} | {_size(m['activation'])} in {acts} buffers "
-            f"reused by liveness (one buffer per tensor: {_size(sch.naive_act_bytes)}) |",
-            f"| parameters | {m['parameter']} | {_size(m['parameter'])} as the kernels read "
-            f"them (the user's array: {sch.param_count} floats, {_size(4 * sch.param_count)}) |",
-            f"| variant-owned | {m['variant']} | {_size(m['variant'])} (packed or transformed "
-            f"weights) |",
-            f"| scratch | {m['scratch']} | {_size(m['scratch'])}, shared by all layers |",
-            f"| **device total** | **{m['device']}** | **{_size(m['device'])}** |", "",
+            f"| activations | {m['activation']} | {act_note} |",
+            f"| parameters | {m['parameter']} | {_size(m['parameter'])} {param_note} (the "
+            f"user's array: {sch.param_count} floats, {_size(4 * sch.param_count)}) |",
+            f"| variant-owned | {m['variant']} | {_size(m['variant'])} ({variant_note}) |",
+            f"| scratch | {m['scratch']} | {_size(m['scratch'])}, {scratch_note} |",
+            f"| **device total** | **{m['device']}** | **{_size(m['device'])}**{total_note} |",
+            "",
             f"Pinned host memory: run()'s staging ring {_size(staging_bytes(sch))} (made by "
-            f"create; `options.stage_bytes` < 0: none), and {_size(io)} for one input and "
-            f"one output once `host_buffers()` is called.", "",
-            f"Kernels per run: {len(sch.run_launches)}, in set_params: "
+            f"create; `options.stage_bytes` < 0: none), and {_size(io)} for {io_note} once "
+            f"`host_buffers()` is called.", "",
+            f"Kernels per run: {_per_run(sch, res)}, in set_params: "
             f"{len(sch.launches) - len(sch.run_launches)}.", ""]
+
+
+def _per_run(sch, res):
+    if res.sizes:
+        return ", ".join(f"{len(z.schedule.run_launches)} at batch {z.batch}" for z in res.sizes)
+    return str(len(sch.run_launches))
 
 
 def _programs(res):
@@ -127,9 +201,10 @@ def _figures(res, path):
     from pathlib import Path
     from . import report_plots
     out = Path(path).parent
-    choices = res.schedule.choices
-    hist = report_plots.histogram_png(choices, out / "tuning_histogram.png")
-    roof = report_plots.roofline_png(res.net, choices, res.target, out / "roofline.png")
+    # of the largest batch size where there are several
+    sch = res.sizes[-1].schedule if res.sizes else res.schedule
+    hist = report_plots.histogram_png(sch.choices, out / "tuning_histogram.png")
+    roof = report_plots.roofline_png(sch.net, sch.choices, res.target, out / "roofline.png")
     lines = []
     if hist or roof:
         lines += ["## Figures", ""]
@@ -146,10 +221,10 @@ def _ms(v):
     return "-" if v is None else f"{v:.4f}"
 
 
-def _fusion_and_layouts(sch):
+def _fusion_and_layouts(sch, level="##"):
     """The batchnorms folded, which pools and residual adds were fused (times compared) and
     the layout conversions (aotconv.passes, aotconv.fusion, aotconv.layouts)."""
-    out = ["## Fusion and layouts", ""]
+    out = [f"{level} Fusion and layouts", ""]
     folds = getattr(sch, "folds", None) or []
     if folds:
         out += [f"Batchnorms folded into the conv or dense before them (weights and bias "

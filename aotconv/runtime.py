@@ -24,6 +24,12 @@ int aotconv_{n}_create_with_queue(aotconv_{n} **out, cl_context context, cl_devi
 int aotconv_{n}_run_async(aotconv_{n} *net, const float *input, size_t input_count,
                           float *output, size_t output_count);
 int aotconv_{n}_run_buffers(aotconv_{n} *net, cl_mem input, cl_mem output);
+int aotconv_{n}_run_n(aotconv_{n} *net, size_t n, const float *input, size_t input_count,
+                      float *output, size_t output_count);
+int aotconv_{n}_run_async_n(aotconv_{n} *net, size_t n, const float *input, size_t input_count,
+                            float *output, size_t output_count);
+int aotconv_{n}_run_buffers_n(aotconv_{n} *net, size_t n, cl_mem input, cl_mem output);
+size_t aotconv_{n}_batch_sizes(const size_t **sizes);
 int aotconv_{n}_wait(aotconv_{n} *net);
 int aotconv_{n}_program_source(const aotconv_{n} *net, const char **why);
 int aotconv_{n}_memory(const aotconv_{n} *net, aotconv_{n}_memory_info *info);
@@ -48,6 +54,10 @@ class LibraryError(AotconvError):
 class Network(Closeable):
     """A built network: `net(x)` runs the library on a float32 NCHW array and returns the output.
 
+    `x` holds the library's input (run()), or any n samples from 1 to the largest batch size
+    (run_n: the smallest size >= n runs, the output has n samples); `batch_sizes` lists the
+    sizes the library was built for.
+
     `queue`: a pyopencl CommandQueue to create the handle on (create_with_queue); then
     run_buffers() takes pyopencl Buffers of its context. `source_only`: compile the embedded
     source even where a device binary is embedded. `stage_bytes`: run()'s staging chunk (0:
@@ -67,6 +77,10 @@ class Network(Closeable):
         self.input_shape = tuple(meta["input_shape"])
         self.output_shapes = [tuple(o["shape"]) for o in meta["outputs"]]
         self.param_count = meta["param_count"]
+        # [(batch, first profile entry, entries)]; a library of one size before batch ranges
+        # existed has no batch_sizes
+        self._sizes = [(s["batch"], s["first_kernel"], s["kernels"])
+                       for s in meta.get("batch_sizes") or []] or None
         self.ffi = ffi = FFI()
         ffi.cdef(_CDEF.format(n=n))
         so = d / f"lib{n}.so"
@@ -99,6 +113,9 @@ class Network(Closeable):
                 break
             self.kernel_names.append(ffi.string(s).decode())
             i += 1
+        if self._sizes is None:
+            self._sizes = [(self.input_shape[0], 0, len(self.kernel_names))]
+        self.batch_sizes = [b for b, _, _ in self._sizes]
         self._host = None
         if params and (d / f"{n}.params.bin").exists():
             self.load_params(d / f"{n}.params.bin")
@@ -119,45 +136,75 @@ class Network(Closeable):
         self._check(self._f("load_params")(self.handle, os.fsencode(str(path))))
 
     def __call__(self, x):
+        """The outputs of `x`: the library's whole input (run), or n samples (run_n)."""
         x = np.ascontiguousarray(x, np.float32)
-        out = self._empty_output()
-        self._check(self._f("run")(self.handle, self.ffi.from_buffer("float[]", x), x.size,
-                                   self.ffi.from_buffer("float[]", out), out.size))
+        n = self._samples(x)
+        out = self._empty_output(n)
+        fx, fo = self.ffi.from_buffer("float[]", x), self.ffi.from_buffer("float[]", out)
+        if n is None:
+            self._check(self._f("run")(self.handle, fx, x.size, fo, out.size))
+        else:
+            self._check(self._f("run_n")(self.handle, n, fx, x.size, fo, out.size))
         self._pending = []        # run() ends every run before it
-        return self._split(out)
+        return self._split(out, n)
 
-    def _empty_output(self):
-        return np.empty(sum(int(np.prod(s)) for s in self.output_shapes), np.float32)
+    def _samples(self, x):
+        """None where `x` is the library's whole input (or a size that is no number of
+        samples: run() then says what it expected), else its number of samples."""
+        sample = int(np.prod(self.input_shape[1:]))
+        if x.size == int(np.prod(self.input_shape)) or x.size % sample:
+            return None
+        return x.size // sample
 
-    def _split(self, out):
+    def serving(self, n):
+        """The batch size that runs a call with `n` samples (the smallest >= n), or None when
+        n is 0 or above the largest."""
+        return next((b for b in self.batch_sizes if n and b >= n), None)
+
+    def _empty_output(self, n=None):
+        n = self.input_shape[0] if n is None else n
+        return np.empty(sum(n * int(np.prod(s[1:])) for s in self.output_shapes), np.float32)
+
+    def _split(self, out, n=None):
+        n = self.input_shape[0] if n is None else n
         outs, off = [], 0
         for s in self.output_shapes:
-            c = int(np.prod(s))
-            outs.append(out[off:off + c].reshape(s))
+            shape = (n,) + tuple(s[1:])
+            c = int(np.prod(shape))
+            outs.append(out[off:off + c].reshape(shape))
             off += c
         return outs[0] if len(outs) == 1 else outs
 
     def run_async(self, x):
-        """Enqueue a run of `x` (C run_async) and return; wait() gives the output. The input
-        and the output array of every run in flight are kept alive here until then."""
+        """Enqueue a run of `x` (C run_async, or run_async_n for n samples) and return; wait()
+        gives the output. The input and the output array of every run in flight are kept alive
+        here until then."""
         x = np.ascontiguousarray(x, np.float32)
-        out = self._empty_output()
-        self._check(self._f("run_async")(self.handle, self.ffi.from_buffer("float[]", x), x.size,
-                                         self.ffi.from_buffer("float[]", out), out.size))
-        self._pending.append((x, out))
+        n = self._samples(x)
+        out = self._empty_output(n)
+        fx, fo = self.ffi.from_buffer("float[]", x), self.ffi.from_buffer("float[]", out)
+        if n is None:
+            self._check(self._f("run_async")(self.handle, fx, x.size, fo, out.size))
+        else:
+            self._check(self._f("run_async_n")(self.handle, n, fx, x.size, fo, out.size))
+        self._pending.append((x, out, n))
 
     def wait(self):
         """Block until the runs in flight have ended (C wait); the output of the last, if
         run_async enqueued it, else None."""
         self._check(self._f("wait")(self.handle))
         pending, self._pending = self._pending, []
-        return self._split(pending[-1][1]) if pending and pending[-1] else None
+        return self._split(pending[-1][1], pending[-1][2]) if pending and pending[-1] else None
 
-    def run_buffers(self, inp, out):
+    def run_buffers(self, inp, out, n=None):
         """Enqueue a run from and into pyopencl Buffers of the handle's context (C
-        run_buffers); wait() or the queue orders what follows."""
+        run_buffers, or run_buffers_n for `n` samples); wait() or the queue orders what
+        follows."""
         cast = lambda o: self.ffi.NULL if o is None else self.ffi.cast("cl_mem", o.int_ptr)
-        self._check(self._f("run_buffers")(self.handle, cast(inp), cast(out)))
+        if n is None:
+            self._check(self._f("run_buffers")(self.handle, cast(inp), cast(out)))
+        else:
+            self._check(self._f("run_buffers_n")(self.handle, n, cast(inp), cast(out)))
         self._pending.append(None)
 
     def program_source(self):
@@ -192,18 +239,31 @@ class Network(Closeable):
             self._host = (xin, xout, pin[0], pout[0])
         return self._host[0], self._host[1]
 
-    def run_host(self):
-        """run() from the pinned input to the pinned output of host_buffers()."""
+    def run_host(self, n=None):
+        """run() from the pinned input to the pinned output of host_buffers(), or run_n() of
+        their first `n` samples; the output (of n samples) flat."""
         xin, xout = self.host_buffers()
-        self._check(self._f("run")(self.handle, self._host[2], xin.size, self._host[3],
-                                   xout.size))
-        return xout
+        if n is None:
+            self._check(self._f("run")(self.handle, self._host[2], xin.size, self._host[3],
+                                       xout.size))
+            return xout
+        cin, cout = n * (xin.size // len(xin)), n * (xout.size // len(xin))
+        self._check(self._f("run_n")(self.handle, n, self._host[2], cin, self._host[3], cout))
+        return xout[:cout]
 
-    def profile(self):
-        """[(kernel name, ms)] of the last run."""
+    def profile(self, batch=None):
+        """[(kernel name, ms)] of the last run of every batch size (NaN for a size not run
+        yet), or of size `batch` only."""
         ms = np.empty(len(self.kernel_names), np.float64)
         self._check(self._f("profile")(self.handle, self.ffi.from_buffer("double[]", ms), ms.size))
-        return list(zip(self.kernel_names, ms.tolist()))
+        got = list(zip(self.kernel_names, ms.tolist()))
+        if batch is None:
+            return got
+        for b, first, count in self._sizes:
+            if b == batch:
+                return got[first:first + count]
+        raise AotconvError(f"{self.dir}: batch size {batch} is not one of the library's "
+                           f"({', '.join(map(str, self.batch_sizes))})")
 
     def close(self):
         self._host = None

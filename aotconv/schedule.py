@@ -220,13 +220,14 @@ def _plan_params(sch, net):
     return param_buf
 
 
-def build_schedule(net, choices, convert=None, source=None):
+def build_schedule(net, choices, convert=None, source=None, file_suffix=""):
     """The Schedule for `net` (after passes) with `choices` {layer: Choice}.
 
     Layout conversions are inserted first; `convert(layers)` gives their choices ({name:
     Choice}; default: the layout_convert fallback). `sch.net` is the network with them.
     `source`: the network as written, whose parameter layout set_params takes (default `net`;
-    required when a batchnorm was folded)."""
+    required when a batchnorm was folded). `file_suffix` ends every kernel file stem and with
+    it every kernel name (aotconv.batches: `_b<N>` keeps the sizes of one library apart)."""
     net, new = insert_conversions(net, choices)
     if new:
         choices = dict(choices)
@@ -252,7 +253,8 @@ def build_schedule(net, choices, convert=None, source=None):
         sch.buffers.append(Buffer("scratch", 4 * scratch, "scratch"))
         scratch_buf = len(sch.buffers) - 1
 
-    files = program_files([l for l in net.layers if not is_alias(l)])
+    files = {k: v + file_suffix
+             for k, v in program_files([l for l in net.layers if not is_alias(l)]).items()}
     for l in net.layers:
         if is_alias(l):
             continue

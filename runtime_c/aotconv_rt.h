@@ -32,6 +32,9 @@
 #define aotrt_run AOTRT_SYM(run)
 #define aotrt_run_async AOTRT_SYM(run_async)
 #define aotrt_run_buffers AOTRT_SYM(run_buffers)
+#define aotrt_run_n AOTRT_SYM(run_n)
+#define aotrt_run_async_n AOTRT_SYM(run_async_n)
+#define aotrt_run_buffers_n AOTRT_SYM(run_buffers_n)
 #define aotrt_wait AOTRT_SYM(wait)
 #define aotrt_profile AOTRT_SYM(profile)
 #define aotrt_host_buffers AOTRT_SYM(host_buffers)
@@ -66,6 +69,8 @@ enum {
 enum { AOTRT_BUF_ACT, AOTRT_BUF_PARAM, AOTRT_BUF_EXTRA, AOTRT_BUF_SCRATCH };
 enum { AOTRT_ARG_BUF, AOTRT_ARG_INT, AOTRT_ARG_FLOAT };
 enum { AOTRT_PHASE_SETUP, AOTRT_PHASE_RUN };
+/* A size's last run, for profile(): none, enqueued (its events are being filled), completed. */
+enum { AOTRT_RAN_NONE, AOTRT_RAN_ENQUEUED, AOTRT_RAN_DONE };
 
 typedef struct {
     const char *layer;        /* the layer whose kernels it holds, for messages */
@@ -141,6 +146,19 @@ typedef struct {
     size_t count;             /* floats */
 } aotrt_io;
 
+/* One batch size of the library: its input and output buffers and its rows of the launch
+ * table. The sizes share the buffers (aotconv/batches.py) and run one at a time. */
+typedef struct {
+    size_t batch;
+    aotrt_io input;           /* batch samples */
+    const aotrt_io *outputs;  /* desc.noutputs of them, batch samples each */
+    size_t output_count;      /* their sum */
+    int first_launch;         /* its launches: [first_launch, first_launch + nlaunches) */
+    int nlaunches;
+    int first_run;            /* its profile() entries: [first_run, first_run + nrun) */
+    int nrun;
+} aotrt_size;
+
 typedef struct {
     const char *net;
     const char *target;
@@ -164,12 +182,18 @@ typedef struct {
     const aotrt_fold *folds;
     int nlaunches;
     const aotrt_launch *launches;
-    int nrun;                     /* run-phase launches (profile entries) */
-    aotrt_io input;
+    int nrun;                     /* run-phase launches of all sizes (profile entries) */
     int noutputs;
-    const aotrt_io *outputs;
-    size_t output_count;
+    int nsizes;                   /* 1, or the batch sizes of a ranged library */
+    const aotrt_size *sizes;      /* in increasing batch order; run() runs the last */
 } aotrt_desc;
+
+/* The size run(), run_async() and run_buffers() run, and that host_buffers() and the staging
+ * ring are made for. */
+static inline const aotrt_size *aotrt_largest(const aotrt_desc *d)
+{
+    return &d->sizes[d->nsizes - 1];
+}
 
 typedef struct {
     int platform_index;       /* -1: choose by the target's patterns (or AOTCONV_DEVICE) */
@@ -206,7 +230,7 @@ typedef struct aotrt_net {
     cl_event *events;         /* one per run launch, from the last run */
     int profile;
     int params_set;
-    int ran;                  /* a run completed: profile() may read its events */
+    unsigned char *ran;       /* per size: AOTRT_RAN_* (profile() reads completed sizes) */
     int pending;              /* run_async / run_buffers enqueued, not yet waited for */
     cl_event done;            /* the last command of the run in flight */
     cl_mem host_mem[2];       /* pinned host memory for one input and one output, on request */
@@ -229,6 +253,13 @@ int aotrt_run(aotrt_net *n, const float *input, size_t input_count, float *outpu
 int aotrt_run_async(aotrt_net *n, const float *input, size_t input_count, float *output,
                     size_t output_count);
 int aotrt_run_buffers(aotrt_net *n, cl_mem input, cl_mem output);
+/* `samples` (1 to the largest batch size) through the smallest size that holds them: the
+ * input's other samples are zeros, only `samples` outputs are returned. */
+int aotrt_run_n(aotrt_net *n, size_t samples, const float *input, size_t input_count,
+                float *output, size_t output_count);
+int aotrt_run_async_n(aotrt_net *n, size_t samples, const float *input, size_t input_count,
+                      float *output, size_t output_count);
+int aotrt_run_buffers_n(aotrt_net *n, size_t samples, cl_mem input, cl_mem output);
 int aotrt_wait(aotrt_net *n);
 int aotrt_profile(aotrt_net *n, double *ms, size_t count);
 int aotrt_host_buffers(aotrt_net *n, float **input, float **output);

@@ -51,7 +51,8 @@ static int setup(aotrt_net *n, const aotrt_options *o)
     n->kernels = calloc(d->nlaunches ? d->nlaunches : 1, sizeof(cl_kernel));
     n->buffers = calloc(d->nbuffers ? d->nbuffers : 1, sizeof(cl_mem));
     n->events = calloc(d->nrun ? d->nrun : 1, sizeof(cl_event));
-    if (!n->programs || !n->kernels || !n->buffers || !n->events)
+    n->ran = calloc((size_t)d->nsizes, 1);
+    if (!n->programs || !n->kernels || !n->buffers || !n->events || !n->ran)
         return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
 
     for (int i = 0; i < d->nbuffers; ++i) {
@@ -361,18 +362,31 @@ int aotrt_profile(aotrt_net *n, double *ms, size_t count)
     if (n->pending)
         return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_profile: the last run is still in "
                                "flight; call wait first", d->net);
-    if (!n->ran)
+    int any = 0;
+    for (int s = 0; s < d->nsizes; ++s)
+        any |= n->ran[s] == AOTRT_RAN_DONE;
+    if (!any)
         return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_profile: no completed run yet", d->net);
-    int r = 0;
-    for (int i = 0; i < d->nlaunches; ++i) {
-        if (d->launches[i].phase != AOTRT_PHASE_RUN)
-            continue;
-        cl_ulong t0 = 0, t1 = 0;
-        CHECK(n, clGetEventProfilingInfo(n->events[r], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL),
-              "clGetEventProfilingInfo", d->launches[i].layer);
-        CHECK(n, clGetEventProfilingInfo(n->events[r], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL),
-              "clGetEventProfilingInfo", d->launches[i].layer);
-        ms[r++] = (double)(t1 - t0) * 1e-6;
+    /* every size's entries from its own last run; NaN for a size not run yet */
+    for (int s = 0; s < d->nsizes; ++s) {
+        const aotrt_size *z = &d->sizes[s];
+        int r = z->first_run;
+        for (int i = z->first_launch; i < z->first_launch + z->nlaunches; ++i) {
+            if (d->launches[i].phase != AOTRT_PHASE_RUN)
+                continue;
+            cl_ulong t0 = 0, t1 = 0;
+            if (n->ran[s] != AOTRT_RAN_DONE) {
+                ms[r++] = NAN;
+                continue;
+            }
+            CHECK(n, clGetEventProfilingInfo(n->events[r], CL_PROFILING_COMMAND_START, sizeof t0,
+                                             &t0, NULL),
+                  "clGetEventProfilingInfo", d->launches[i].layer);
+            CHECK(n, clGetEventProfilingInfo(n->events[r], CL_PROFILING_COMMAND_END, sizeof t1,
+                                             &t1, NULL),
+                  "clGetEventProfilingInfo", d->launches[i].layer);
+            ms[r++] = (double)(t1 - t0) * 1e-6;
+        }
     }
     return AOTRT_OK;
 }
@@ -398,9 +412,9 @@ int aotrt_memory(const aotrt_net *n, aotrt_memory_info *info)
         info->device_bytes += b;
     }
     if (n->host_ptr[0])
-        info->pinned_bytes += d->input.count * sizeof(float);
+        info->pinned_bytes += aotrt_largest(d)->input.count * sizeof(float);
     if (n->host_ptr[1])
-        info->pinned_bytes += d->output_count * sizeof(float);
+        info->pinned_bytes += aotrt_largest(d)->output_count * sizeof(float);
     info->pinned_bytes += (size_t)n->stage_slots * n->stage_bytes;
     return AOTRT_OK;
 }
@@ -423,7 +437,7 @@ int aotrt_host_buffers(aotrt_net *n, float **input, float **output)
     if (!input && !output)
         return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
                                "%s_host_buffers: input and output are both NULL", d->net);
-    const size_t counts[2] = {d->input.count, d->output_count};
+    const size_t counts[2] = {aotrt_largest(d)->input.count, aotrt_largest(d)->output_count};
     const char *what[2] = {"input", "output"};
     for (int i = 0; i < 2; ++i) {
         if (n->host_ptr[i])
@@ -458,6 +472,15 @@ int aotrt_host_buffers(aotrt_net *n, float **input, float **output)
     return AOTRT_OK;
 }
 
+/* Release every object of an array of `count` (NULL slots and a NULL array skipped). */
+#define RELEASE_EACH(array, count, release)                                                  \
+    do {                                                                                     \
+        if (array)                                                                           \
+            for (int i_ = 0; i_ < (count); ++i_)                                             \
+                if ((array)[i_])                                                             \
+                    release((array)[i_]);                                                    \
+    } while (0)
+
 void aotrt_destroy(aotrt_net *n)
 {
     if (!n)
@@ -477,22 +500,10 @@ void aotrt_destroy(aotrt_net *n)
             clReleaseMemObject(n->host_mem[i]);
     if (n->stage_mem)
         clReleaseMemObject(n->stage_mem);
-    if (n->events)
-        for (int i = 0; i < d->nrun; ++i)
-            if (n->events[i])
-                clReleaseEvent(n->events[i]);
-    if (n->kernels)
-        for (int i = 0; i < d->nlaunches; ++i)
-            if (n->kernels[i])
-                clReleaseKernel(n->kernels[i]);
-    if (n->programs)
-        for (int i = 0; i < d->nprograms; ++i)
-            if (n->programs[i])
-                clReleaseProgram(n->programs[i]);
-    if (n->buffers)
-        for (int i = 0; i < d->nbuffers; ++i)
-            if (n->buffers[i])
-                clReleaseMemObject(n->buffers[i]);
+    RELEASE_EACH(n->events, d->nrun, clReleaseEvent);
+    RELEASE_EACH(n->kernels, d->nlaunches, clReleaseKernel);
+    RELEASE_EACH(n->programs, d->nprograms, clReleaseProgram);
+    RELEASE_EACH(n->buffers, d->nbuffers, clReleaseMemObject);
     if (n->queue)
         clReleaseCommandQueue(n->queue);
     if (n->app_queue && n->device)
@@ -500,6 +511,7 @@ void aotrt_destroy(aotrt_net *n)
     if (n->ctx)
         clReleaseContext(n->ctx);
     free(n->events);
+    free(n->ran);
     free(n->kernels);
     free(n->programs);
     free(n->buffers);

@@ -1,9 +1,11 @@
 /* Running the network: run() (blocking, staged through pinned memory), run_async() and
- * run_buffers() (enqueue and return), wait().
+ * run_buffers() (enqueue and return), wait(); run_n(), run_async_n() and run_buffers_n() for
+ * any number of samples up to the largest batch size.
  *
- * Every run is: the input into the network's input buffer, the run-phase launches in order,
- * the outputs out of their buffers, on the handle's in-order queue, with no host
- * synchronisation in between.
+ * Every run is: the input into the input buffer of one batch size (the samples given, zeros
+ * after them), that size's run-phase launches in order, the given samples' outputs out of its
+ * buffers, on the handle's in-order queue, with no host synchronisation in between. run()
+ * and its twins run the largest size with all its samples.
  *
  * run() copies pageable input and output memory through a ring of pinned chunks (the staging
  * ring, made by create): the host copies chunk k into a free slot while the device copies
@@ -37,7 +39,8 @@ int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o)
     long chunk = o && o->stage_bytes ? o->stage_bytes : AOTRT_STAGE_BYTES;
     if (chunk < 0)
         return AOTRT_OK;
-    size_t most = d->input.count > d->output_count ? d->input.count : d->output_count;
+    const aotrt_size *z = aotrt_largest(d);
+    size_t most = z->input.count > z->output_count ? z->input.count : z->output_count;
     most *= sizeof(float);
     if (!most)
         return AOTRT_OK;
@@ -66,23 +69,87 @@ int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o)
     return AOTRT_OK;
 }
 
-static int check_run(aotrt_net *n, const char *call, const float *input, size_t input_count,
-                     float *output, size_t output_count)
+/* What one run moves: `samples` samples through batch size `z` (sizes[size]). */
+typedef struct {
+    const aotrt_size *z;
+    int size;
+    size_t samples;
+    int by_n;                 /* a call that took n: its messages say so */
+} run_of;
+
+static size_t in_floats(const run_of *r)
 {
-    if (!n)
-        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s: net is NULL", call);
+    return r->samples * (r->z->input.count / r->z->batch);
+}
+
+static size_t out_floats(const run_of *r, int o)
+{
+    return r->samples * (r->z->outputs[o].count / r->z->batch);
+}
+
+static size_t out_total(const run_of *r)
+{
+    return r->samples * (r->z->output_count / r->z->batch);
+}
+
+/* run(), run_async(), run_buffers(): the largest size, every sample. */
+static run_of whole(const aotrt_net *n)
+{
     const aotrt_desc *d = n->desc;
+    run_of r = {aotrt_largest(d), d->nsizes - 1, aotrt_largest(d)->batch, 0};
+    return r;
+}
+
+/* The run of `samples` samples: the smallest size that holds them, or an error naming the
+ * sizes there are. */
+static int pick(aotrt_net *n, const char *call, size_t samples, run_of *r)
+{
+    const aotrt_desc *d = n->desc;
+    for (int s = 0; s < d->nsizes && samples; ++s)
+        if (d->sizes[s].batch >= samples) {
+            run_of got = {&d->sizes[s], s, samples, 1};
+            *r = got;
+            return AOTRT_OK;
+        }
+    char sizes[128] = "";
+    size_t at = 0;
+    for (int s = 0; s < d->nsizes; ++s) {
+        if (at > sizeof sizes - 32) {      /* an entry takes at most 22 characters */
+            snprintf(sizes + at, sizeof sizes - at, ", ...");
+            break;
+        }
+        at += (size_t)snprintf(sizes + at, sizeof sizes - at, "%s%zu", s ? ", " : "",
+                               d->sizes[s].batch);
+    }
+    return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: n is %zu; give 1 to %zu samples (the "
+                           "library's batch sizes: %s)", d->net, call, samples,
+                           aotrt_largest(d)->batch, sizes);
+}
+
+static int check_run(aotrt_net *n, const char *call, const run_of *r, const float *input,
+                     size_t input_count, float *output, size_t output_count)
+{
+    const aotrt_desc *d = n->desc;
+    char per[96] = "";
     if (!input || !output)
         return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: %s is NULL", d->net, call,
                                input ? "output" : "input");
-    if (input_count != d->input.count)
+    if (input_count != in_floats(r)) {
+        if (r->by_n)
+            snprintf(per, sizeof per, " (%zu samples of %zu)", r->samples,
+                     in_floats(r) / r->samples);
         return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
-                               "%s_%s: input has %zu floats, expected %zu", d->net, call,
-                               input_count, d->input.count);
-    if (output_count != d->output_count)
+                               "%s_%s: input has %zu floats, expected %zu%s", d->net, call,
+                               input_count, in_floats(r), per);
+    }
+    if (output_count != out_total(r)) {
+        if (r->by_n)
+            snprintf(per, sizeof per, " (%zu samples of %zu)", r->samples,
+                     out_total(r) / r->samples);
         return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
-                               "%s_%s: output has room for %zu floats, expected %zu", d->net,
-                               call, output_count, d->output_count);
+                               "%s_%s: output has room for %zu floats, expected %zu%s", d->net,
+                               call, output_count, out_total(r), per);
+    }
     if (!n->params_set)
         return aotrt_set_error(n, AOTRT_ERR_STATE,
                                "%s_%s: parameters are not set; call set_params or load_params "
@@ -90,19 +157,20 @@ static int check_run(aotrt_net *n, const char *call, const float *input, size_t 
     return AOTRT_OK;
 }
 
-/* The run-phase launches, each with its profiling event when profiling is on. */
-static int enqueue_kernels(aotrt_net *n)
+/* The run-phase launches of size s, each with its profiling event when profiling is on. */
+static int enqueue_kernels(aotrt_net *n, int s)
 {
     const aotrt_desc *d = n->desc;
+    const aotrt_size *z = &d->sizes[s];
     if (n->profile)
-        for (int i = 0; i < d->nrun; ++i)
+        for (int i = z->first_run; i < z->first_run + z->nrun; ++i)
             if (n->events[i]) {
                 clReleaseEvent(n->events[i]);
                 n->events[i] = NULL;
             }
-    n->ran = 0;
-    int r = 0;
-    for (int i = 0; i < d->nlaunches; ++i) {
+    n->ran[s] = AOTRT_RAN_NONE;
+    int r = z->first_run;
+    for (int i = z->first_launch; i < z->first_launch + z->nlaunches; ++i) {
         if (d->launches[i].phase != AOTRT_PHASE_RUN)
             continue;
         int rc = aotrt_enqueue(n, i, n->profile ? &n->events[r] : NULL);
@@ -110,7 +178,16 @@ static int enqueue_kernels(aotrt_net *n)
             return rc;
         ++r;
     }
+    n->ran[s] = AOTRT_RAN_ENQUEUED;
     return AOTRT_OK;
+}
+
+/* Every run enqueued has ended (or, ok = 0, failed): profile() may read the ended ones. */
+static void runs_ended(aotrt_net *n, int ok)
+{
+    for (int s = 0; s < n->desc->nsizes; ++s)
+        if (n->ran[s] == AOTRT_RAN_ENQUEUED)
+            n->ran[s] = ok ? AOTRT_RAN_DONE : AOTRT_RAN_NONE;
 }
 
 static void forget_pending(aotrt_net *n)
@@ -126,7 +203,23 @@ static int abandon(aotrt_net *n, int rc)
 {
     clFinish(n->queue);
     forget_pending(n);
+    runs_ended(n, 0);
     return rc;
+}
+
+/* The run just enqueued: ended (`last` NULL: its last read returned, and with it, the queue
+ * being in order, every command before) or in flight until wait(), `last` its last command. */
+static int enqueued(aotrt_net *n, cl_event last)
+{
+    forget_pending(n);
+    if (!last) {
+        runs_ended(n, 1);
+        return AOTRT_OK;
+    }
+    n->done = last;
+    n->pending = 1;
+    clFlush(n->queue);
+    return AOTRT_OK;
 }
 
 #define FAIL(n, e, what)                                                                      \
@@ -174,16 +267,17 @@ typedef struct {
     unsigned char *host;
 } piece;
 
-/* The k-th staging-sized piece of the outputs (concatenated in order), or 0 past the end. */
-static int output_piece(aotrt_net *n, unsigned char *dst, size_t k, piece *p)
+/* The k-th staging-sized piece of the run's outputs (concatenated in order), or 0 past the
+ * end. */
+static int output_piece(aotrt_net *n, const run_of *r, unsigned char *dst, size_t k, piece *p)
 {
     const aotrt_desc *d = n->desc;
     size_t host = 0;
     for (int o = 0; o < d->noutputs; ++o) {
-        size_t bytes = d->outputs[o].count * sizeof(float);
+        size_t bytes = out_floats(r, o) * sizeof(float);
         size_t pieces = (bytes + n->stage_bytes - 1) / n->stage_bytes;
         if (k < pieces) {
-            p->buf = n->buffers[d->outputs[o].buffer];
+            p->buf = n->buffers[r->z->outputs[o].buffer];
             p->off = k * n->stage_bytes;
             p->len = bytes - p->off < n->stage_bytes ? bytes - p->off : n->stage_bytes;
             p->host = dst + host + p->off;
@@ -197,14 +291,14 @@ static int output_piece(aotrt_net *n, unsigned char *dst, size_t k, piece *p)
 
 /* The outputs through the staging ring: up to stage_slots reads in flight; as each ends its
  * slot is copied out and takes the next piece. */
-static int staged_read(aotrt_net *n, unsigned char *dst)
+static int staged_read(aotrt_net *n, const run_of *r, unsigned char *dst)
 {
     cl_event ev[AOTRT_STAGE_SLOTS] = {0};
     piece at[AOTRT_STAGE_SLOTS];
     cl_int e = CL_SUCCESS;
     size_t next = 0;
     for (int s = 0; s < n->stage_slots && e == CL_SUCCESS; ++s) {
-        if (!output_piece(n, dst, next, &at[s]))
+        if (!output_piece(n, r, dst, next, &at[s]))
             break;
         ++next;
         e = clEnqueueReadBuffer(n->queue, at[s].buf, CL_FALSE, at[s].off, at[s].len,
@@ -222,7 +316,7 @@ static int staged_read(aotrt_net *n, unsigned char *dst)
         if (e != CL_SUCCESS)
             break;
         memcpy(at[s].host, slot_ptr(n, s), at[s].len);
-        if (output_piece(n, dst, next, &at[s])) {
+        if (output_piece(n, r, dst, next, &at[s])) {
             ++next;
             e = clEnqueueReadBuffer(n->queue, at[s].buf, CL_FALSE, at[s].off, at[s].len,
                                     slot_ptr(n, s), 0, NULL, &ev[s]);
@@ -238,136 +332,180 @@ static int staged_read(aotrt_net *n, unsigned char *dst)
 
 /* Non-staged transfers: the input written from `input`, the outputs read into `output`;
  * `last` receives the event of the last read when not NULL (else the last read blocks). */
-static int direct_write(aotrt_net *n, const float *input)
+static int direct_write(aotrt_net *n, const run_of *r, const float *input)
 {
-    const aotrt_desc *d = n->desc;
-    cl_int e = clEnqueueWriteBuffer(n->queue, n->buffers[d->input.buffer], CL_FALSE, 0,
-                                    d->input.count * sizeof(float), input, 0, NULL, NULL);
+    cl_int e = clEnqueueWriteBuffer(n->queue, n->buffers[r->z->input.buffer], CL_FALSE, 0,
+                                    in_floats(r) * sizeof(float), input, 0, NULL, NULL);
     return e == CL_SUCCESS ? AOTRT_OK : FAIL(n, e, "clEnqueueWriteBuffer of the input");
 }
 
-static int direct_read(aotrt_net *n, float *output, cl_event *last)
+static int direct_read(aotrt_net *n, const run_of *r, float *output, cl_event *last)
 {
     const aotrt_desc *d = n->desc;
     size_t off = 0;
     for (int o = 0; o < d->noutputs; ++o) {
-        const aotrt_io *io = &d->outputs[o];
         int is_last = o + 1 == d->noutputs;
-        cl_int e = clEnqueueReadBuffer(n->queue, n->buffers[io->buffer],
+        cl_int e = clEnqueueReadBuffer(n->queue, n->buffers[r->z->outputs[o].buffer],
                                        is_last && !last ? CL_TRUE : CL_FALSE, 0,
-                                       io->count * sizeof(float), output + off, 0, NULL,
+                                       out_floats(r, o) * sizeof(float), output + off, 0, NULL,
                                        is_last && last ? last : NULL);
         if (e != CL_SUCCESS)
             return FAIL(n, e, "clEnqueueReadBuffer of the output");
-        off += io->count;
+        off += out_floats(r, o);
     }
     return AOTRT_OK;
+}
+
+/* The samples of the size after the run's: zeros, so that the size computes on defined input
+ * (their outputs are not returned). */
+static int pad_input(aotrt_net *n, const run_of *r)
+{
+    size_t used = in_floats(r) * sizeof(float), all = r->z->input.count * sizeof(float);
+    if (used == all)
+        return AOTRT_OK;
+    const cl_float zero = 0.0f;
+    cl_int e = clEnqueueFillBuffer(n->queue, n->buffers[r->z->input.buffer], &zero, sizeof zero,
+                                   used, all - used, 0, NULL, NULL);
+    return e == CL_SUCCESS ? AOTRT_OK : FAIL(n, e, "clEnqueueFillBuffer of the input's padding");
+}
+
+/* One run from and into host memory: blocking (run, run_n: staged through the pinned ring
+ * unless given the handle's pinned buffers; returns with the output) or not (run_async,
+ * run_async_n: enqueued; wait() ends it). */
+static int run_host(aotrt_net *n, const char *call, const run_of *r, const float *input,
+                    size_t input_count, float *output, size_t output_count, int blocking)
+{
+    int rc = check_run(n, call, r, input, input_count, output, output_count);
+    if (rc)
+        return rc;
+    int stage_in = blocking && n->stage_ptr && input != n->host_ptr[0];
+    int stage_out = blocking && n->stage_ptr && output != n->host_ptr[1];
+    rc = stage_in ? staged_write(n, n->buffers[r->z->input.buffer], (const unsigned char *)input,
+                                 in_floats(r) * sizeof(float))
+                  : direct_write(n, r, input);
+    if (!rc)
+        rc = pad_input(n, r);
+    if (rc)
+        return rc;
+    if ((rc = enqueue_kernels(n, r->size)))
+        return abandon(n, rc);
+    cl_event last = NULL;
+    rc = stage_out ? staged_read(n, r, (unsigned char *)output)
+                   : direct_read(n, r, output, blocking ? NULL : &last);
+    return rc ? rc : enqueued(n, last);
 }
 
 int aotrt_run(aotrt_net *n, const float *input, size_t input_count, float *output,
               size_t output_count)
 {
-    int rc = check_run(n, "run", input, input_count, output, output_count);
-    if (rc)
-        return rc;
-    const aotrt_desc *d = n->desc;
-    /* the handle's pinned buffers need no staging; nor does a run with staging off */
-    int stage_in = n->stage_ptr && input != n->host_ptr[0];
-    int stage_out = n->stage_ptr && output != n->host_ptr[1];
-    rc = stage_in ? staged_write(n, n->buffers[d->input.buffer], (const unsigned char *)input,
-                                 d->input.count * sizeof(float))
-                  : direct_write(n, input);
-    if (rc)
-        return rc;
-    if ((rc = enqueue_kernels(n)))
-        return abandon(n, rc);
-    rc = stage_out ? staged_read(n, (unsigned char *)output) : direct_read(n, output, NULL);
-    if (rc)
-        return rc;
-    forget_pending(n);   /* the last read has ended, and with it (in order) all before it */
-    n->ran = 1;
-    return AOTRT_OK;
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run: net is NULL");
+    run_of r = whole(n);
+    return run_host(n, "run", &r, input, input_count, output, output_count, 1);
 }
 
 int aotrt_run_async(aotrt_net *n, const float *input, size_t input_count, float *output,
                     size_t output_count)
 {
-    int rc = check_run(n, "run_async", input, input_count, output, output_count);
-    if (rc)
-        return rc;
-    if ((rc = direct_write(n, input)))
-        return rc;
-    if ((rc = enqueue_kernels(n)))
-        return abandon(n, rc);
-    cl_event last = NULL;
-    if ((rc = direct_read(n, output, &last)))
-        return rc;
-    forget_pending(n);
-    n->done = last;
-    n->pending = 1;
-    clFlush(n->queue);
-    return AOTRT_OK;
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run_async: net is NULL");
+    run_of r = whole(n);
+    return run_host(n, "run_async", &r, input, input_count, output, output_count, 0);
+}
+
+int aotrt_run_n(aotrt_net *n, size_t samples, const float *input, size_t input_count,
+                float *output, size_t output_count)
+{
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run_n: net is NULL");
+    run_of r;
+    int rc = pick(n, "run_n", samples, &r);
+    return rc ? rc : run_host(n, "run_n", &r, input, input_count, output, output_count, 1);
+}
+
+int aotrt_run_async_n(aotrt_net *n, size_t samples, const float *input, size_t input_count,
+                      float *output, size_t output_count)
+{
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run_async_n: net is NULL");
+    run_of r;
+    int rc = pick(n, "run_async_n", samples, &r);
+    return rc ? rc : run_host(n, "run_async_n", &r, input, input_count, output, output_count, 0);
 }
 
 /* A buffer of the application's: of the handle's context and at least `bytes` long. */
-static int check_mem(aotrt_net *n, cl_mem m, const char *what, size_t bytes)
+static int check_mem(aotrt_net *n, const char *call, cl_mem m, const char *what, size_t bytes)
 {
     const aotrt_desc *d = n->desc;
     if (!m)
-        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_run_buffers: %s is NULL", d->net, what);
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: %s is NULL", d->net, call, what);
     cl_context ctx = NULL;
     size_t size = 0;
     cl_int e = clGetMemObjectInfo(m, CL_MEM_CONTEXT, sizeof ctx, &ctx, NULL);
     if (e == CL_SUCCESS)
         e = clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof size, &size, NULL);
     if (e != CL_SUCCESS)
-        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_run_buffers: %s is not a buffer "
-                               "(clGetMemObjectInfo: %s)", d->net, what, aotrt_cl_error_name(e));
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: %s is not a buffer "
+                               "(clGetMemObjectInfo: %s)", d->net, call, what,
+                               aotrt_cl_error_name(e));
     if (ctx != n->ctx)
-        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_run_buffers: %s belongs to another "
-                               "OpenCL context than the network's", d->net, what);
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: %s belongs to another "
+                               "OpenCL context than the network's", d->net, call, what);
     if (size < bytes)
-        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_run_buffers: %s holds %zu bytes, "
-                               "the network's %s needs %zu (%zu floats)", d->net, what, size,
-                               what, bytes, bytes / sizeof(float));
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: %s holds %zu bytes, "
+                               "the network's %s needs %zu (%zu floats)", d->net, call, what,
+                               size, what, bytes, bytes / sizeof(float));
     return AOTRT_OK;
+}
+
+/* One run from and into the application's buffers: device copies of the run's samples. */
+static int run_mem(aotrt_net *n, const char *call, const run_of *r, cl_mem input, cl_mem output)
+{
+    const aotrt_desc *d = n->desc;
+    int rc = check_mem(n, call, input, "input", in_floats(r) * sizeof(float));
+    if (!rc)
+        rc = check_mem(n, call, output, "output", out_total(r) * sizeof(float));
+    if (rc)
+        return rc;
+    if (!n->params_set)
+        return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_%s: parameters are not set; "
+                               "call set_params or load_params first", d->net, call);
+    cl_int e = clEnqueueCopyBuffer(n->queue, input, n->buffers[r->z->input.buffer], 0, 0,
+                                   in_floats(r) * sizeof(float), 0, NULL, NULL);
+    if (e != CL_SUCCESS)
+        return FAIL(n, e, "clEnqueueCopyBuffer of the input");
+    if ((rc = pad_input(n, r)))
+        return rc;
+    if ((rc = enqueue_kernels(n, r->size)))
+        return abandon(n, rc);
+    cl_event last = NULL;
+    size_t off = 0;
+    for (int o = 0; o < d->noutputs; ++o) {
+        size_t bytes = out_floats(r, o) * sizeof(float);
+        e = clEnqueueCopyBuffer(n->queue, n->buffers[r->z->outputs[o].buffer], output, 0, off,
+                                bytes, 0, NULL, o + 1 == d->noutputs ? &last : NULL);
+        if (e != CL_SUCCESS)
+            return FAIL(n, e, "clEnqueueCopyBuffer of the output");
+        off += bytes;
+    }
+    return enqueued(n, last);
 }
 
 int aotrt_run_buffers(aotrt_net *n, cl_mem input, cl_mem output)
 {
     if (!n)
         return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run_buffers: net is NULL");
-    const aotrt_desc *d = n->desc;
-    int rc = check_mem(n, input, "input", d->input.count * sizeof(float));
-    if (!rc)
-        rc = check_mem(n, output, "output", d->output_count * sizeof(float));
-    if (rc)
-        return rc;
-    if (!n->params_set)
-        return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_run_buffers: parameters are not set; "
-                               "call set_params or load_params first", d->net);
-    cl_int e = clEnqueueCopyBuffer(n->queue, input, n->buffers[d->input.buffer], 0, 0,
-                                   d->input.count * sizeof(float), 0, NULL, NULL);
-    if (e != CL_SUCCESS)
-        return FAIL(n, e, "clEnqueueCopyBuffer of the input");
-    if ((rc = enqueue_kernels(n)))
-        return abandon(n, rc);
-    cl_event last = NULL;
-    size_t off = 0;
-    for (int o = 0; o < d->noutputs; ++o) {
-        const aotrt_io *io = &d->outputs[o];
-        e = clEnqueueCopyBuffer(n->queue, n->buffers[io->buffer], output, 0, off,
-                                io->count * sizeof(float), 0, NULL,
-                                o + 1 == d->noutputs ? &last : NULL);
-        if (e != CL_SUCCESS)
-            return FAIL(n, e, "clEnqueueCopyBuffer of the output");
-        off += io->count * sizeof(float);
-    }
-    forget_pending(n);
-    n->done = last;
-    n->pending = 1;
-    clFlush(n->queue);
-    return AOTRT_OK;
+    run_of r = whole(n);
+    return run_mem(n, "run_buffers", &r, input, output);
+}
+
+int aotrt_run_buffers_n(aotrt_net *n, size_t samples, cl_mem input, cl_mem output)
+{
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run_buffers_n: net is NULL");
+    run_of r;
+    int rc = pick(n, "run_buffers_n", samples, &r);
+    return rc ? rc : run_mem(n, "run_buffers_n", &r, input, output);
 }
 
 int aotrt_wait(aotrt_net *n)
@@ -385,9 +523,9 @@ int aotrt_wait(aotrt_net *n)
             e = status;
     }
     forget_pending(n);
+    runs_ended(n, e == CL_SUCCESS);
     if (e != CL_SUCCESS)
         return aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s_wait: the run failed on the device: %s "
                                "(%d)", n->desc->net, aotrt_cl_error_name(e), (int)e);
-    n->ran = 1;
     return AOTRT_OK;
 }

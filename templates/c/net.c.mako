@@ -79,11 +79,23 @@ static const aotrt_launch launches[] = {
 % endfor
 };
 
-static const aotrt_io outputs[] = {
-% for b, c in outputs:
+% for i, z in enumerate(sizes):
+static const aotrt_io outputs_${i}[] = {
+% for b, c in z.outputs:
     {${b}, ${c}u},
 % endfor
 };
+% endfor
+
+/* The batch sizes: each its input and outputs and its rows of the launch table (run() runs
+ * the last; run_n the smallest that holds n samples). */
+static const aotrt_size sizes[] = {
+% for i, z in enumerate(sizes):
+    {${z.batch}u, {${z.input[0]}, ${z.input[1]}u}, outputs_${i}, ${z.output_count}u, ${z.first_launch}, ${z.nlaunches}, ${z.first_run}, ${z.nrun}},
+% endfor
+};
+
+static const size_t batch_sizes[] = {${", ".join(f"{z.batch}u" for z in sizes)}};
 
 static const aotrt_desc desc = {
     ${cstr(name)}, ${cstr(target)}, ${cstr(vendor_pattern)}, ${cstr(device_pattern)}, ${cstr(build_options)},
@@ -94,8 +106,7 @@ static const aotrt_desc desc = {
     ${len(params)}, ${"params" if params else "0"}, ${param_count}u,
     ${len(folds)}, ${"folds" if folds else "0"},
     ${len(launches)}, launches, ${kernel_count},
-    {${input[0]}, ${input[1]}u},
-    ${len(outputs)}, outputs, ${output_count}u,
+    ${noutputs}, ${len(sizes)}, sizes,
 };
 
 static const char *const kernel_names[] = {
@@ -161,6 +172,30 @@ int aotconv_${name}_run_async(aotconv_${name} *net, const float *input, size_t i
 int aotconv_${name}_run_buffers(aotconv_${name} *net, cl_mem input, cl_mem output)
 {
     return aotrt_run_buffers((aotrt_net *)net, input, output);
+}
+
+int aotconv_${name}_run_n(aotconv_${name} *net, size_t n, const float *input, size_t input_count,
+                    float *output, size_t output_count)
+{
+    return aotrt_run_n((aotrt_net *)net, n, input, input_count, output, output_count);
+}
+
+int aotconv_${name}_run_async_n(aotconv_${name} *net, size_t n, const float *input,
+                          size_t input_count, float *output, size_t output_count)
+{
+    return aotrt_run_async_n((aotrt_net *)net, n, input, input_count, output, output_count);
+}
+
+int aotconv_${name}_run_buffers_n(aotconv_${name} *net, size_t n, cl_mem input, cl_mem output)
+{
+    return aotrt_run_buffers_n((aotrt_net *)net, n, input, output);
+}
+
+size_t aotconv_${name}_batch_sizes(const size_t **sizes)
+{
+    if (sizes)
+        *sizes = batch_sizes;
+    return sizeof batch_sizes / sizeof batch_sizes[0];
 }
 
 int aotconv_${name}_wait(aotconv_${name} *net)

@@ -31,6 +31,16 @@ extern "C" {
 #define AOTCONV_${NAME}_PARAM_COUNT ${param_count}u
 #define AOTCONV_${NAME}_KERNEL_COUNT ${kernel_count}u   /* entries of profile() */
 
+/* Batch sizes compiled in, increasing: run_n(net, n, ...) takes any n from 1 to BATCH_MAX
+ * samples and runs the smallest size >= n (the input padded with zeros, n outputs returned);
+ * run(), run_async() and run_buffers() run BATCH_MAX samples (INPUT_COUNT, OUTPUT_COUNT). */
+#define AOTCONV_${NAME}_BATCH_SIZES {${", ".join(f"{b}u" for b in batch_sizes)}}
+#define AOTCONV_${NAME}_BATCH_COUNT ${len(batch_sizes)}u
+#define AOTCONV_${NAME}_BATCH_MAX ${batch_sizes[-1]}u
+#define AOTCONV_${NAME}_INPUT_SAMPLE_COUNT ${input_sample}u    /* floats of one sample's input */
+#define AOTCONV_${NAME}_OUTPUT_SAMPLE_COUNT ${output_sample}u   /* and of its outputs */
+#define AOTCONV_${NAME}_KERNEL_COUNTS {${", ".join(f"{k}u" for k in kernel_counts)}}  /* profile() entries per size, in order */
+
 /* Device memory create() allocates, in bytes (memory() gives the same and the pinned host
  * memory held): */
 #define AOTCONV_${NAME}_ACTIVATION_BYTES ${memory["activation"]}u  /* activations, buffers reused by liveness */
@@ -106,8 +116,22 @@ AOTCONV_${NAME}_API int aotconv_${name}_run_async(aotconv_${name} *net, const fl
  * stay the application's; later commands on the same in-order queue see the output, or
  * wait(). */
 AOTCONV_${NAME}_API int aotconv_${name}_run_buffers(aotconv_${name} *net, cl_mem input, cl_mem output);
+/* run, run_async and run_buffers on n samples (1 to BATCH_MAX): input_count is
+ * n * INPUT_SAMPLE_COUNT, output_count n * OUTPUT_SAMPLE_COUNT (outputs concatenated, n samples
+ * each); the buffers of run_buffers_n hold at least that many floats. n = 0 or above BATCH_MAX
+ * is ERR_ARGUMENT. */
+AOTCONV_${NAME}_API int aotconv_${name}_run_n(aotconv_${name} *net, size_t n, const float *input,
+                  size_t input_count, float *output, size_t output_count);
+AOTCONV_${NAME}_API int aotconv_${name}_run_async_n(aotconv_${name} *net, size_t n, const float *input,
+                  size_t input_count, float *output, size_t output_count);
+AOTCONV_${NAME}_API int aotconv_${name}_run_buffers_n(aotconv_${name} *net, size_t n, cl_mem input,
+                  cl_mem output);
+/* The batch sizes (BATCH_SIZES): their number, and *sizes (when not NULL) pointed at them. */
+AOTCONV_${NAME}_API size_t aotconv_${name}_batch_sizes(const size_t **sizes);
 /* Block until the last run_async / run_buffers has ended (ERR_STATE when none is in flight). */
 AOTCONV_${NAME}_API int aotconv_${name}_wait(aotconv_${name} *net);
+/* Per-kernel times in ms, n = KERNEL_COUNT entries: every size's kernels (KERNEL_COUNTS of them,
+ * in BATCH_SIZES order) from that size's last completed run; NaN for a size not run yet. */
 AOTCONV_${NAME}_API int aotconv_${name}_profile(aotconv_${name} *net, double *layer_ms, size_t n);
 /* Pinned (page-locked) host memory for one input (INPUT_COUNT floats) and one output
  * (OUTPUT_COUNT floats), owned by the handle: allocated on the first call, the same pointers
