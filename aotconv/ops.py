@@ -4,6 +4,10 @@ spec.py validates the YAML against SCHEMA and calls `normalise` then `infer`; bo
 OpError(key, message), which spec.py turns into a SpecError naming file, line and layer.
 """
 
+from fractions import Fraction
+import math
+import struct
+
 from .graph import ACTS, ACT_EXTRAS, ACT_OPS, count
 from .names import shown
 
@@ -38,7 +42,8 @@ SCHEMA = {
     "relu6": {}, "clip": {"min": (_num, OPTIONAL), "max": (_num, OPTIONAL)},
     "hardsigmoid": {"alpha": (_num, 0.2), "beta": (_num, 0.5)},
     "hardswish": {}, "silu": {}, "gelu": {}, "gelu_tanh": {},
-    "softmax": {},
+    "softmax": {"axis": ((int, list), OPTIONAL)},
+    "log_softmax": {"axis": ((int, list), OPTIONAL)},
     "lrn": {"size": (_int, REQUIRED), "alpha": ((int, float), 1e-4), "beta": ((int, float), 0.75),
             "k": ((int, float), 1.0)},
     "concat": {},
@@ -51,7 +56,20 @@ SCHEMA = {
     "channel_shuffle": {"groups": (_int, REQUIRED)},
     "channel_slice": {"start": (_int, REQUIRED), "end": (_int, REQUIRED)},
     "crop": {"top": (_int, 0), "left": (_int, 0), "bottom": (_int, 0), "right": (_int, 0)},
+    "upsample": {"scale": ((int, float, list), OPTIONAL), "size": (_size2, OPTIONAL),
+                 "mode": ((str,), "nearest"), "coordinates": ((str,), OPTIONAL),
+                 "rounding": ((str,), OPTIONAL)},
+    "conv_transpose": {"out": (_int, REQUIRED), "kernel": (_size2, REQUIRED),
+                       "stride": (_size2, 1), "pad": ((int, list), 0),
+                       "output_padding": (_size2, 0), "dilation": (_size2, 1),
+                       "groups": (_int, 1), "bias": ((bool,), True), **_act},
 }
+# upsample: how output coordinates map to input coordinates (ONNX Resize's
+# coordinate_transformation_mode) and how nearest rounds (ONNX's nearest_mode)
+UPSAMPLE_MODES = ("nearest", "linear")
+UPSAMPLE_COORDINATES = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners")
+UPSAMPLE_ROUNDING = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
+SOFTMAX_OPS = ("softmax", "log_softmax")
 # how many inputs each op takes (None: two or more)
 ARITY = {op: 1 for op in SCHEMA}
 ARITY.update({"concat": None, "add": None, "scale": 2, "mul": 2})
@@ -159,7 +177,109 @@ def normalise(op, raw):
         a["p"] = float(a["p"])
         if not 0.0 <= a["p"] < 1.0:
             raise OpError("p", f"the drop probability must be in [0, 1), got {a['p']}")
+    elif op in SOFTMAX_OPS:
+        if "axis" in a:
+            a["axis"] = _softmax_axes(a["axis"])
+            if a["axis"] == (1,):
+                del a["axis"]                   # the default: the signature it always had
+    elif op == "upsample":
+        _upsample_attrs(a)
+    elif op == "conv_transpose":
+        _conv_transpose_attrs(a)
     return a
+
+
+def softmax_axes(attrs):
+    """The [N, C, H, W] axes a softmax or log_softmax normalises over together (default C)."""
+    return attrs.get("axis", (1,))
+
+
+def _softmax_axes(v):
+    axes = [v] if isinstance(v, int) and not isinstance(v, bool) else v
+    if not (isinstance(axes, list) and axes and all(isinstance(x, int) and not isinstance(x, bool)
+                                                    for x in axes)):
+        raise OpError("axis", f"expected an axis (1, 2 or 3) or a list of consecutive axes "
+                              f"such as [1, 2, 3], got {shown(v, 60)}")
+    if any(x < 0 or x > 3 for x in axes):
+        raise OpError("axis", f"{shown(v, 60)}: axes count 0 to 3 over [N, C, H, W]; use 1 "
+                              f"(channels), 2 (rows) or 3 (columns)")
+    if 0 in axes:
+        raise OpError("axis", f"{shown(v, 60)}: axis 0 is the batch; a softmax normalises "
+                              f"within one sample, over axes 1 (channels), 2 (rows), 3 (columns)")
+    if axes != list(range(axes[0], axes[0] + len(axes))):
+        raise OpError("axis", f"{shown(v, 60)}: the axes must be consecutive and increasing "
+                              f"(e.g. [2, 3]): a softmax over several axes normalises the "
+                              f"block they span together")
+    return tuple(axes)
+
+
+def _f32(v):
+    """v rounded to float32, as a Python float (the kernels compute with float32 values)."""
+    return struct.unpack("f", struct.pack("f", float(v)))[0]
+
+
+def _upsample_attrs(a):
+    scale, size = a.get("scale"), a.get("size")
+    if (scale is None) == (size is None):
+        raise OpError("scale", "give either `scale` (output = floor(input * scale)) or `size` "
+                               "([height, width] of the output), not both" if scale is not None
+                      else "op 'upsample' needs `scale` (e.g. 2 or [2, 3]) or `size` "
+                           "([height, width] of the output)")
+    if scale is not None:
+        v = [scale, scale] if not isinstance(scale, list) else scale
+        if len(v) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                  for x in v):
+            raise OpError("scale", f"expected a number or [height, width] factors, got "
+                                   f"{shown(scale, 60)}")
+        try:
+            v = tuple(_f32(x) for x in v)
+        except OverflowError:
+            raise OpError("scale", f"{shown(scale, 60)} is beyond float32's range") from None
+        if not all(x > 0 for x in v):
+            raise OpError("scale", f"factors must be > 0 (as float32), got {shown(scale, 60)}")
+        a["scale"], a["size"] = v, None
+    else:
+        a["scale"], a["size"] = None, _pair("size", size)
+    if a["mode"] not in UPSAMPLE_MODES:
+        raise OpError("mode", f"unknown mode '{shown(a['mode'])}'; use nearest or linear")
+    # PyTorch's F.interpolate: nearest takes source pixel floor(x / scale), linear
+    # (align_corners=False) samples at (x + 0.5) / scale - 0.5
+    a.setdefault("coordinates", "asymmetric" if a["mode"] == "nearest" else "half_pixel")
+    if a["coordinates"] not in UPSAMPLE_COORDINATES:
+        raise OpError("coordinates", f"unknown coordinates '{shown(a['coordinates'])}'; use "
+                                     f"{', '.join(UPSAMPLE_COORDINATES)}")
+    if a["mode"] == "nearest":
+        a.setdefault("rounding", "floor")
+        if a["rounding"] not in UPSAMPLE_ROUNDING:
+            raise OpError("rounding", f"unknown rounding '{shown(a['rounding'])}'; use "
+                                      f"{', '.join(UPSAMPLE_ROUNDING)}")
+    elif "rounding" in a:
+        raise OpError("rounding", "is how mode nearest picks its source pixel; mode linear "
+                                  "interpolates, so remove it or use mode nearest")
+
+
+def _conv_transpose_attrs(a):
+    a["kernel"] = _pair("kernel", a["kernel"])
+    a["stride"] = _pair("stride", a["stride"])
+    a["dilation"] = _pair("dilation", a["dilation"])
+    a["output_padding"] = _pair("output_padding", a["output_padding"], positive=False)
+    if a["out"] < 1:
+        raise OpError("out", f"must be >= 1, got {a['out']}")
+    if a["groups"] < 1:
+        raise OpError("groups", f"must be >= 1, got {a['groups']}")
+    pad = a["pad"]
+    if isinstance(pad, list) and len(pad) == 4:
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in pad):
+            raise OpError("pad", f"expected ints [top, left, bottom, right], got {shown(pad, 60)}")
+        if any(x < 0 for x in pad):
+            raise OpError("pad", f"must be >= 0, got {pad!r}")
+        a["pad"] = tuple(pad)
+    else:
+        if isinstance(pad, list) and len(pad) != 2:
+            raise OpError("pad", f"expected an int, [ph, pw] or [top, left, bottom, right], got "
+                                 f"{shown(pad, 60)}")
+        ph, pw = _pair("pad", pad, positive=False)
+        a["pad"] = (ph, pw, ph, pw)
 
 
 def _act_extras(a, raw):
@@ -277,6 +397,10 @@ def infer(op, a, in_shapes):
         return (n, c, h - a["top"] - a["bottom"], w - a["left"] - a["right"]), []
     if op == "batchnorm":
         return (n, c, h, w), [(t, (c,)) for t in ("gamma", "beta", "mean", "var")]
+    if op == "upsample":
+        return (n, c) + _upsample_size(a, h, w), []
+    if op == "conv_transpose":
+        return _conv_transpose_infer(a, n, c, h, w)
     if op == "conv_pool":
         conv, pop, pool = split_conv_pool(a)
         mid, params = infer("conv", conv, in_shapes)
@@ -286,6 +410,71 @@ def infer(op, a, in_shapes):
             if a.get(key) not in LAYOUTS:
                 raise OpError(key, f"expected one of {', '.join(LAYOUTS)}, got {a.get(key)!r}")
     return (n, c, h, w), []
+
+
+def _upsample_size(a, h, w):
+    """The output (height, width): `size`, or floor(input * scale) exactly (ONNX Resize's
+    output_dimension); fills a["size"] from the scale."""
+    out = []
+    for i, (size, what) in enumerate(((h, "height"), (w, "width"))):
+        if a["scale"] is None:
+            o = a["size"][i]
+        else:
+            o = (Fraction(size) * Fraction(a["scale"][i])).__floor__()
+            if o < 1:
+                raise OpError("scale", f"{a['scale'][i]!r} gives an empty output from the input "
+                                       f"{what} {size}; the output needs at least one row and "
+                                       f"column")
+            if a["size"] is not None and a["size"][i] != o:
+                raise OpError("size", f"{list(a['size'])} is not floor(input * scale) "
+                                      f"= {o} for scale {a['scale'][i]!r}")
+        out.append(o)
+    if a["scale"] is not None:
+        a["size"] = tuple(out)
+    return tuple(out)
+
+
+def upsample_coordinate(a, axis, in_len, out_len):
+    """(A, B, D), integers with D > 0, such that output index x of `axis` (0: rows, 1:
+    columns) samples the input at coordinate (A * x + B) / D, exactly: ONNX Resize's
+    coordinate transformation in rational arithmetic, with the float32 scale when one is given
+    (else out_len / in_len)."""
+    s = Fraction(out_len, in_len) if a["scale"] is None else Fraction(a["scale"][axis])
+    kind = a["coordinates"]
+    if kind == "asymmetric":                          # x / s
+        slope, offset = 1 / s, Fraction(0)
+    elif kind == "half_pixel" or (kind == "pytorch_half_pixel" and out_len > 1):
+        slope, offset = 1 / s, 1 / (2 * s) - Fraction(1, 2)   # (x + 1/2) / s - 1/2
+    elif kind == "align_corners" and out_len > 1:
+        slope, offset = Fraction(in_len - 1, out_len - 1), Fraction(0)
+    else:                                             # one output: the first input pixel
+        slope, offset = Fraction(0), Fraction(0)
+    d = math.lcm(slope.denominator, offset.denominator)
+    return int(slope * d), int(offset * d), d
+
+
+def _conv_transpose_infer(a, n, c, h, w):
+    (kh, kw), (sh, sw), (dh, dw) = a["kernel"], a["stride"], a["dilation"]
+    pt, pl, pb, pr = a["pad"]
+    oph, opw = a["output_padding"]
+    g = a["groups"]
+    if c % g:
+        raise OpError("groups", f"input channels {c} are not divisible by groups {g}")
+    if a["out"] % g:
+        raise OpError("groups", f"output channels {a['out']} are not divisible by groups {g}")
+    sizes = []
+    for size, k, s, d, p0, p1, op, what in ((h, kh, sh, dh, pt, pb, oph, "height"),
+                                            (w, kw, sw, dw, pl, pr, opw, "width")):
+        full = (size - 1) * s + (k - 1) * d + 1 + op
+        if full - p0 - p1 < 1:
+            raise OpError("pad", f"pads {p0} and {p1} remove the whole output {what} {full} "
+                                 f"((input - 1) * stride + (kernel - 1) * dilation + 1 + "
+                                 f"output_padding); reduce the padding")
+        sizes.append(full - p0 - p1)
+    params = [("weight", (c, a["out"] // g, kh, kw))]
+    if a["bias"]:
+        params.append(("bias", (a["out"],)))
+    return (n, a["out"], sizes[0], sizes[1]), params
 
 
 def conv_pool_mid_shape(layer):
@@ -317,6 +506,12 @@ def flops(layer):
         c = layer.in_shape[1] // a["groups"]
         return (2 * count(mid) * c * a["kernel"][0] * a["kernel"][1]
                 + n_out * pool["kernel"][0] * pool["kernel"][1])
+    if op == "conv_transpose":
+        # every input element meets each of its group's out/groups x kh x kw weights once
+        return (2 * count(layer.in_shape) * (a["out"] // a["groups"])
+                * a["kernel"][0] * a["kernel"][1])
+    if op == "upsample":
+        return n_out * (8 if a["mode"] == "linear" else 0)   # 4 taps, 3 lerps
     if op in ("layout_convert", "channel_shuffle", "channel_slice", "crop"):
         return 0                                          # copies: no arithmetic
     if op in ("scale", "mul"):

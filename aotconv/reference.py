@@ -132,9 +132,84 @@ def lrn(x, a):
     return x / (a["k"] + a["alpha"] / size * s) ** a["beta"]
 
 
-def softmax(x):
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+def softmax(x, axes=(1,), log=False):
+    """Softmax (log=True: its logarithm) over the block of consecutive `axes` of x together:
+    ONNX Softmax / LogSoftmax over one axis (opset 13) or over everything from one axis on
+    (before 13), computed stably (the maximum subtracted first)."""
+    shape = x.shape
+    lo, hi = axes[0], axes[-1] + 1
+    v = x.reshape(int(np.prod(shape[:lo])), int(np.prod(shape[lo:hi])), -1)
+    z = v - v.max(axis=1, keepdims=True)
+    if log:
+        return (z - np.log(np.exp(z).sum(axis=1, keepdims=True))).reshape(shape)
+    e = np.exp(z)
+    return (e / e.sum(axis=1, keepdims=True)).reshape(shape)
+
+
+def upsample_sources(a, axis, in_len, out_len):
+    """Per output index of `axis` (0: rows, 1: columns): nearest, the input index it copies;
+    linear, (i0, i1, w) with the value (1 - w) * x[i0] + w * x[i1]. In integer arithmetic on
+    ops.upsample_coordinate's exact source coordinate (A x + B) / D, as the kernel computes it:
+    rounding as ONNX's nearest_mode, the coordinate clamped to the input for linear."""
+    from .ops import upsample_coordinate
+    A, B, D = upsample_coordinate(a, axis, in_len, out_len)
+    num = A * np.arange(out_len, dtype=object) + B          # Python ints: never overflows
+    if a["mode"] == "nearest":
+        rounding = a["rounding"]
+        if rounding == "floor":
+            i = num // D
+        elif rounding == "ceil":
+            i = -((-num) // D)
+        elif rounding == "round_prefer_floor":            # ceil(c - 1/2)
+            i = -((D - 2 * num) // (2 * D))
+        else:                                             # round_prefer_ceil: floor(c + 1/2)
+            i = (2 * num + D) // (2 * D)
+        return np.clip(i.astype(np.int64), 0, in_len - 1)
+    i0 = np.clip(num // D, 0, in_len - 1).astype(np.int64)
+    rem = num - i0 * D
+    inside = (num >= 0) & (num // D < in_len - 1)
+    w = np.where(inside, rem.astype(np.float64) / D, 0.0)
+    return i0, np.minimum(i0 + 1, in_len - 1), w
+
+
+def upsample(x, a, out_shape):
+    """ONNX Resize (modes nearest and linear, separable over H and W) with ops.upsample's
+    attributes."""
+    _, _, h, w = x.shape
+    p, q = out_shape[2], out_shape[3]
+    if a["mode"] == "nearest":
+        rows, cols = upsample_sources(a, 0, h, p), upsample_sources(a, 1, w, q)
+        return x[:, :, rows][:, :, :, cols]
+    r0, r1, wy = upsample_sources(a, 0, h, p)
+    c0, c1, wx = upsample_sources(a, 1, w, q)
+    top = x[:, :, r0] * (1 - wy)[:, None] + x[:, :, r1] * wy[:, None]
+    return top[..., c0] * (1 - wx) + top[..., c1] * wx
+
+
+def conv_transpose(x, w, b, a, out_shape):
+    """The transposed convolution (ONNX ConvTranspose, torch.nn.functional.conv_transpose2d)
+    by scattering: each input pixel adds w[c, o] times itself at every tap's output, then the
+    result is cut by the pads (and extended by output_padding, where only the bias lands)."""
+    n, c, h, wd = x.shape
+    cin, og, kh, kw = w.shape
+    g = a["groups"]
+    cg = c // g
+    (sh, sw), (dh, dw) = a["stride"], a["dilation"]
+    pt, pl, _, _ = a["pad"]
+    p, q = out_shape[2], out_shape[3]
+    full = np.zeros((n, g, og, max(pt + p, (h - 1) * sh + (kh - 1) * dh + 1),
+                     max(pl + q, (wd - 1) * sw + (kw - 1) * dw + 1)))
+    xg = x.reshape(n, g, cg, h, wd)
+    wg = w.reshape(g, cg, og, kh, kw)
+    for i in range(kh):
+        for j in range(kw):
+            contrib = np.einsum("ngchw,gco->ngohw", xg, wg[:, :, :, i, j], optimize=True)
+            full[:, :, :, i * dh:i * dh + (h - 1) * sh + 1:sh,
+                 j * dw:j * dw + (wd - 1) * sw + 1:sw] += contrib
+    y = full[:, :, :, pt:pt + p, pl:pl + q].reshape(n, g * og, p, q)
+    if b is not None:
+        y = y + b.reshape(1, -1, 1, 1)
+    return act_of(y, a)
 
 
 # axes of the logical (N, C, H, W) array in the order a layout stores them
@@ -186,8 +261,13 @@ def forward(layer, inputs, params):
         return pool(x, a, layer.out_shape, "avg")
     if op == "global_avgpool":
         return x.mean(axis=(2, 3), keepdims=True)
-    if op == "softmax":
-        return softmax(x)
+    if op in ("softmax", "log_softmax"):
+        from .ops import softmax_axes
+        return softmax(x, softmax_axes(a), log=op == "log_softmax")
+    if op == "upsample":
+        return upsample(x, a, layer.out_shape)
+    if op == "conv_transpose":
+        return conv_transpose(x, prm["weight"], prm.get("bias"), a, layer.out_shape)
     if op == "lrn":
         return lrn(x, a)
     if op == "concat":

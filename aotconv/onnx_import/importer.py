@@ -55,10 +55,14 @@ def import_model(path, input_shapes=None, batch=None, name=None):
     file = str(path)
     model = load.read(path)
     source_opset = load.default_opset(model)
-    model = load.normalise(model, file)
+    legacy = load.legacy_resizes(model)
+    model = load.restore_legacy_resizes(load.normalise(model, file), legacy)
     x, shape = load.set_input_shape(model, file, input_shapes, batch)
     meta = Meta(max(model.ir_version, 7), list(model.opset_import))
     g = ir.from_model(model, x, file)
+    for n in g.nodes:
+        if n.op == "Resize" and n.outputs and n.outputs[0] in legacy:
+            n.legacy = legacy[n.outputs[0]]
     g.shapes[x], g.dtypes[x] = shape, 1
     fold.run(g, meta)
     simplify.run(g)

@@ -30,6 +30,9 @@ class Node:
     internal: bool = False
     label: str = None          # the name its layer takes, where not the node's own (a piece
                                # of a Split: '<split>:<output index>')
+    # the op as the model wrote it where the version converter rewrote it into one with other
+    # semantics: 'Upsample' or 'Resize-10' for a Resize converted from them (load.py)
+    legacy: str = None
 
     def attr(self, name, default=None):
         return self.attrs.get(name, default)

@@ -98,6 +98,36 @@ def normalise(model, file):
     return model
 
 
+def legacy_resizes(model):
+    """{output tensor: 'Upsample' or 'Resize-10'} of the nodes the version converter turns
+    into a Resize of other semantics: Upsample (opset 7-9) and Resize-10 sample at x / scale
+    (asymmetric) and, upsampling, copy pixel floor(x / scale); the converter writes a Resize
+    with ONNX 13's defaults (half_pixel, round_prefer_floor). Read before `normalise`."""
+    opset = default_opset(model)
+    if opset is None or opset >= 11:
+        return {}
+    out = {}
+    for n in model.graph.node:
+        if n.domain in ("", "ai.onnx") and n.op_type in ("Upsample", "Resize") and n.output:
+            out[n.output[0]] = "Upsample" if n.op_type == "Upsample" else "Resize-10"
+    return out
+
+
+def restore_legacy_resizes(model, legacy):
+    """Give the converted Resize of each node in `legacy` (legacy_resizes) the coordinate
+    transformation and rounding of the node it was: asymmetric, floor."""
+    from onnx import helper
+    for n in model.graph.node:
+        if n.op_type == "Resize" and n.output and n.output[0] in legacy:
+            keep = [a for a in n.attribute
+                    if a.name not in ("coordinate_transformation_mode", "nearest_mode")]
+            del n.attribute[:]
+            n.attribute.extend(keep + [
+                helper.make_attribute("coordinate_transformation_mode", "asymmetric"),
+                helper.make_attribute("nearest_mode", "floor")])
+    return model
+
+
 def set_input_shape(model, file, input_shapes=None, batch=None):
     """Name of the model's one graph input, whose shape is made static in `model` from its
     own dims, `input_shapes` ({name or None: shape}) and `batch` (dim 0)."""

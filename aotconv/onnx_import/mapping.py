@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .ir import DEFAULT_DOMAINS
+from .resize import KNOWN_ATTRS as RESIZE_ATTRS
 from .shapes import embed, flat_shape
 from .simplify import is_identity
 
@@ -413,12 +414,136 @@ def _mul(c):
 
 
 def _softmax(c):
+    """Softmax / LogSoftmax over one axis (opset 13)."""
     x = c.value(0)
     axis = int(c.attr("axis", -1))
-    if axis % len(x) != 1:
-        c.stop("axis", f"{axis} of a rank-{len(x)} tensor {list(x)}: aotconv's softmax is over "
-                       f"the channel axis (1)")
-    return Mapped({"op": "softmax"}, [c.n.input(0)])
+    if not -len(x) <= axis < len(x):
+        c.stop("axis", f"{axis} is not an axis of a rank-{len(x)} tensor {list(x)}")
+    return _softmax_layer(c, x, [axis % len(x)])
+
+
+def _softmax_axes(c):
+    """The internal SoftmaxAxes (simplify.coerced_softmax): Softmax / LogSoftmax over every
+    axis from `first` on, as opsets before 13 define it."""
+    x = c.value(0)
+    return _softmax_layer(c, x, list(range(int(c.attr("first")), len(x))))
+
+
+def _softmax_layer(c, x, axes):
+    """A softmax layer over the [N, C, H, W] axes `axes` of x (rank 2 to 4, embedded with
+    trailing 1s: ONNX axis i is aotconv's axis i)."""
+    log = c.n.op == "LogSoftmax" or bool(c.attr("log", False))
+    what = "LogSoftmax" if log else "Softmax"
+    if axes[0] == 0:
+        over = "axis 0" if len(axes) == 1 else f"axes {axes} (from axis 0 on: before opset 13)"
+        c.stop("axis", f"{what} over {over} of {list(x)} normalises across the batch; aotconv "
+                       f"keeps the samples of a batch apart (each its own softmax over axes 1 "
+                       f"to 3)")
+    layer = {"op": "log_softmax" if log else "softmax"}
+    if axes != [1]:
+        layer["axis"] = axes[0] if len(axes) == 1 else axes
+    return Mapped(layer, [c.n.input(0)])
+
+
+def _conv_transpose(c):
+    x = c.value(0, "X")
+    w = c.const(1, "W")
+    b = c.const(2, "B", optional=True)
+    s = len(x) - 2
+    if s not in (1, 2):
+        c.stop("input 0", f"has {s} spatial axes; aotconv maps 1-D and 2-D transposed "
+                          f"convolutions")
+    if w.ndim != len(x):
+        c.stop("W", f"has rank {w.ndim}; the input has rank {len(x)}")
+    g = int(c.attr("group", 1))
+    if g < 1 or x[1] % g or w.shape[0] != x[1]:
+        c.stop("group", f"group {g} does not fit {x[1]} input channels and weight "
+                        f"{list(w.shape)} (C_in, C_out / group, kernel...)")
+    m = int(w.shape[1]) * g
+    if b is not None and b.shape != (m,):
+        c.stop("B", f"has shape {list(b.shape)}; expected [{m}]")
+    kernel = [int(k) for k in w.shape[2:]]
+    if c.attr("kernel_shape") is not None and [int(k) for k in c.attr("kernel_shape")] != kernel:
+        c.stop("kernel_shape", f"{list(c.attr('kernel_shape'))} differs from the weight's "
+                               f"{kernel}")
+    stride, dil = c.ints("strides", s, 1), c.ints("dilations", s, 1)
+    out_pad = c.ints("output_padding", s, 0)
+    if any(v < 1 for v in stride + dil) or any(v < 0 for v in out_pad):
+        c.stop("strides", f"strides {stride}, dilations {dil} must be >= 1 and output_padding "
+                          f"{out_pad} >= 0")
+    begins, ends = _transpose_pads(c, x, kernel, stride, dil, out_pad)
+    if any(p < 0 for p in begins):
+        c.stop("pads", f"begin pads {begins} are negative (the output would start before the "
+                       f"first input's taps); aotconv's conv_transpose pads >= 0")
+    # a negative end pad lengthens the output past the last tap: output_padding
+    out_pad = [op - min(e, 0) for op, e in zip(out_pad, ends)]
+    ends = [max(e, 0) for e in ends]
+    pad1 = [1] * (2 - s)
+    k2, s2, d2 = kernel + pad1, stride + pad1, dil + pad1
+    layer = {"op": "conv_transpose", "out": m, "kernel": _size(k2)}
+    if s2 != [1, 1]:
+        layer["stride"] = _size(s2)
+    pads = begins + [0] * (2 - s) + ends + [0] * (2 - s)
+    if pads[:2] == pads[2:] and pads[:2] != [0, 0]:
+        layer["pad"] = _size(pads[:2])
+    elif pads[:2] != pads[2:]:
+        layer["pad"] = [pads[0], pads[1], pads[2], pads[3]]
+    if any(out_pad):
+        layer["output_padding"] = _size(out_pad + [0] * (2 - s))
+    if d2 != [1, 1]:
+        layer["dilation"] = _size(d2)
+    if g != 1:
+        layer["groups"] = g
+    if b is None:
+        layer["bias"] = False
+    tensors = {"weight": w.reshape(x[1], m // g, k2[0], k2[1])}
+    if b is not None:
+        tensors["bias"] = b
+    return Mapped(layer, [c.n.input(0)], tensors)
+
+
+def _transpose_pads(c, x, kernel, stride, dil, out_pad):
+    """(begins, ends) of a ConvTranspose: its pads, or, given output_shape or auto_pad
+    SAME_*, the split of the total padding that gives that shape (x * stride for SAME_*): the
+    odd pixel at the end for SAME_UPPER, at the start otherwise, as the specification says and
+    onnxruntime does. A larger output than the padding-free one extends at the end (what
+    onnxruntime and ONNX's reference do; the specification's formula would start it before
+    the first tap, and SAME_* there is reported)."""
+    s = len(kernel)
+    auto = c.attr("auto_pad", "NOTSET")
+    shape = c.attr("output_shape")
+    if auto not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        c.stop("auto_pad", f"unknown value {auto!r}")
+    if shape is None and auto in ("NOTSET", "VALID"):
+        pads = c.ints("pads", 2 * s, 0) if auto == "NOTSET" else [0] * (2 * s)
+        return pads[:s], pads[s:]
+    if shape is not None:
+        if auto == "VALID":
+            c.stop("auto_pad", "VALID (no padding) with an output_shape that asks for some")
+        shape = [int(v) for v in shape][-s:]
+        if len(shape) != s:
+            c.stop("output_shape", f"{list(c.attr('output_shape'))}: expected {s} spatial sizes")
+    else:
+        shape = [x[2 + i] * stride[i] for i in range(s)]
+    begins, ends = [], []
+    for i in range(s):
+        total = (stride[i] * (x[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1
+                 - shape[i])
+        if total < 0 and auto != "NOTSET":
+            c.stop("auto_pad", f"{auto} asks for output {shape}, larger than the transposed "
+                               f"convolution's own: the specification starts it before the "
+                               f"first tap, onnxruntime extends it at the end; give pads or "
+                               f"output_padding instead")
+        if total < 0:
+            begins.append(0)
+            ends.append(total)
+        elif auto == "SAME_UPPER":
+            begins.append(total // 2)
+            ends.append(total - total // 2)
+        else:
+            begins.append(total - total // 2)
+            ends.append(total // 2)
+    return begins, ends
 
 
 def _lrn(c):
@@ -572,8 +697,14 @@ def _silu(c):
     return Mapped({"op": "silu"}, [c.n.input(0)])
 
 
+def _resize(c):
+    from .resize import map_resize
+    return Mapped(map_resize(c), [c.n.input(0)])
+
+
 # the internal nodes simplify writes for patterns of several ONNX nodes
-INTERNAL = {"ChannelShuffle": _channel_shuffle, "ChannelSlice": _channel_slice, "Silu": _silu}
+INTERNAL = {"ChannelShuffle": _channel_shuffle, "ChannelSlice": _channel_slice, "Silu": _silu,
+            "SoftmaxAxes": _softmax_axes}
 
 OPS = {
     "Conv": _conv, "MaxPool": _pool, "AveragePool": _pool,
@@ -582,11 +713,12 @@ OPS = {
     "Tanh": _activation("tanh"), "LeakyRelu": _activation("leaky_relu"),
     "Clip": _clip, "HardSigmoid": _hardsigmoid, "HardSwish": _activation("hardswish"),
     "Gelu": _gelu, "Mul": _mul,
-    "Softmax": _softmax, "LRN": _lrn, "Concat": _concat, "Add": _add, "Sum": _add,
+    "Softmax": _softmax, "LogSoftmax": _softmax, "LRN": _lrn, "Concat": _concat, "Add": _add, "Sum": _add,
     "BatchNormalization": _batchnorm, "Gemm": _gemm, "MatMul": _matmul,
     "Flatten": _flatten, "Reshape": _flatten, "Squeeze": _flatten, "Unsqueeze": _flatten,
     "Identity": _identity_like, "Dropout": _identity_like, "Cast": _identity_like,
     "Pad": _pad, "Split": _split, "Slice": _slice,
+    "ConvTranspose": _conv_transpose, "Resize": _resize, "Upsample": _resize,
 }
 _WINDOW = {"auto_pad", "kernel_shape", "pads", "strides"}
 KNOWN_ATTRS = {
@@ -597,11 +729,13 @@ KNOWN_ATTRS = {
     "Relu": set(), "Sigmoid": set(), "Tanh": set(), "LeakyRelu": {"alpha"},
     "Clip": set(), "HardSigmoid": {"alpha", "beta"}, "HardSwish": set(),
     "Gelu": {"approximate"}, "Mul": set(),
-    "Softmax": {"axis"}, "LRN": {"alpha", "beta", "bias", "size"}, "Concat": {"axis"},
+    "Softmax": {"axis"}, "LogSoftmax": {"axis"}, "LRN": {"alpha", "beta", "bias", "size"}, "Concat": {"axis"},
     "Add": set(), "Sum": set(),
     "BatchNormalization": {"epsilon", "momentum", "training_mode"},
     "Gemm": {"alpha", "beta", "transA", "transB"}, "MatMul": set(),
     "Flatten": {"axis"}, "Reshape": {"allowzero"}, "Squeeze": set(), "Unsqueeze": set(),
     "Identity": set(), "Dropout": {"seed"}, "Cast": {"to", "saturate", "round_mode"},
     "Pad": {"mode"}, "Split": {"axis", "num_outputs"}, "Slice": set(),
+    "ConvTranspose": _WINDOW | {"dilations", "group", "output_padding", "output_shape"},
+    "Resize": RESIZE_ATTRS["Resize"], "Upsample": RESIZE_ATTRS["Upsample"],
 }

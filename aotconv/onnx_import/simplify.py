@@ -13,7 +13,10 @@
   maps: Reshape [N, C, H, W] -> [N, G, C/G, H, W], Transpose (0, 2, 1, 3, 4), Reshape back
   (ShuffleNet's channel shuffle) is ChannelShuffle(groups=G); a Split along the channels is
   one ChannelSlice(start, end) per output, and so is a Slice of the channels alone with step
-  1, and so is a SequenceAt of a SplitToSequence of the channels; Mul(x, Sigmoid(x)) is Silu.
+  1, and so is a SequenceAt of a SplitToSequence of the channels; Mul(x, Sigmoid(x)) is Silu;
+  Flatten(x, axis k), Softmax or LogSoftmax over its last axis, Reshape back to x's shape (what
+  the version converter writes for a Softmax before opset 13, which normalises over every axis
+  from k on) is SoftmaxAxes(first=k, log).
 
 A node these rules do not fit is left as it is, and mapping reports it.
 """
@@ -27,6 +30,7 @@ RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 def run(g):
     remove_identities(g)
+    coerced_softmax(g)
     fold_batchnorm_affine(g)
     merge_pads(g)
     gemm_forms(g)
@@ -458,6 +462,33 @@ def silu(g):
             g.nodes[g.nodes.index(m)] = node
             g.nodes.remove(s)
             break
+
+
+def coerced_softmax(g):
+    for sm in [n for n in g.nodes if n.op in ("Softmax", "LogSoftmax") and _std(n)]:
+        f = g.producers().get(sm.input(0))
+        if f is None or f.op != "Flatten" or not _std(f) \
+                or _single_consumer(g, f.outputs[0]) is not sm:
+            continue
+        x, xs, flat = f.input(0), g.view(f, 0), g.shapes.get(f.outputs[0])
+        if x is None or g.is_const(x) or xs is None or flat is None or len(flat) != 2 \
+                or int(sm.attr("axis", -1)) not in (1, -1) or not sm.outputs:
+            continue
+        rs = _single_consumer(g, sm.outputs[0])
+        if rs is None or rs.op != "Reshape" or not _std(rs) or rs.input(0) != sm.outputs[0] \
+                or g.shapes.get(rs.outputs[0]) != tuple(xs):
+            continue
+        r, k = len(xs), int(f.attr("axis", 1))
+        k = k + r if k < 0 else k
+        if not 0 <= k < r:
+            continue
+        node = _internal("SoftmaxAxes", sm, [x], rs.outputs,
+                         {"first": k, "log": sm.op == "LogSoftmax"},
+                         [f.name, rs.name] + f.merged + rs.merged)
+        node.seen = {0: f.seen.get(0, x)}
+        g.nodes[g.nodes.index(sm)] = node
+        g.nodes.remove(f)
+        g.nodes.remove(rs)
 
 
 def prune_dead(g):

@@ -23,11 +23,14 @@ from .conv_tiled import ConvTiled
 from .conv_1x1 import Conv1x1
 from .conv_im2col import ConvIm2col
 from .conv_winograd import ConvWinograd
+from .conv_mma import ConvMma
 from .dense_gemv import DenseGemv
 from .dense_gemm import DenseGemm
 from .scale import ScaleDirect
 from .channel_copy import ChannelShuffleDirect, ChannelSliceDirect
 from .crop import CropDirect
+from .upsample import UpsampleDirect
+from .conv_transpose import ConvTransposeDirect
 
 VARIANTS = [
     Eltwise(),
@@ -48,12 +51,15 @@ VARIANTS = [
     Conv1x1(),
     ConvIm2col(),
     ConvWinograd(),
+    ConvMma(),                  # TF32 tensor cores: tf32 builds only (aotconv.precision)
     DenseGemv(),
     DenseGemm(),
     ScaleDirect(),
     ChannelShuffleDirect(),
     ChannelSliceDirect(),
     CropDirect(),
+    UpsampleDirect(),
+    ConvTransposeDirect(),
 ]
 BY_NAME = {v.name: v for v in VARIANTS}
 

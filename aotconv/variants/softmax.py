@@ -1,27 +1,40 @@
-"""Softmax over channels for every (n, h, w), numerically stable (subtract the max first).
+"""Softmax and log-softmax over a block of consecutive axes (the channels by default) for
+every position of the other axes, numerically stable (subtract the max first).
 
-RED="item": one work-item per (n, h, w) makes three passes over the C channels.
-RED="group": one work-group per (n, h, w); max and sum are tree reductions in local memory
-(the classifier case: N*H*W tiny, C large).
+The tensor is viewed as (OUTER, R, INNER): the R values of one softmax lie INNER apart (over
+the channels of NCHW: OUTER = N, R = C, INNER = H*W; over the columns: INNER = 1).
+RED="item": one work-item per (outer, inner) column makes three passes over its R values.
+RED="group": one work-group per column; max and sum are tree reductions in local memory
+(the classifier case: few columns, R large).
 """
 from .flat import Reduction, reduction_constraints
+from ..graph import count
+from ..ops import softmax_axes
+
+
+def _blocks(layer):
+    """(OUTER, R, INNER) of the layer's input."""
+    shape = layer.in_shape
+    axes = softmax_axes(layer.attrs)
+    return count(shape[:axes[0]]), count(shape[axes[0]:axes[-1] + 1]), count(shape[axes[-1] + 1:])
 
 
 def _columns(layer):
-    n, _, h, w = layer.in_shape
-    return n * h * w
+    outer, _, inner = _blocks(layer)
+    return outer * inner
 
 
 class SoftmaxDirect(Reduction):
     name = "softmax_direct"
-    ops = ("softmax",)
+    ops = ("softmax", "log_softmax")
     template = "kernels/softmax.cl.mako"
     constraints = reduction_constraints(
-        _columns, lambda layer: layer.in_shape[1], "channels",
-        "in a group reduction, work-items beyond the channel count only idle")
-    what = "(n, h, w)"
+        _columns, lambda layer: _blocks(layer)[1], "values",
+        "in a group reduction, work-items beyond the values reduced only idle")
+    what = "softmax"
     units = staticmethod(_columns)
 
     def template_params(self, layer, cfg):
-        n, c, h, w = layer.in_shape
-        return dict(N=n, C=c, HW=h * w)
+        outer, r, inner = _blocks(layer)
+        return dict(N=outer, C=r, HW=inner, axes=softmax_axes(layer.attrs),
+                    log=layer.op == "log_softmax")

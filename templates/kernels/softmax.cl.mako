@@ -1,13 +1,32 @@
+<%
+    channels = tuple(axes) == (1,) and not log        # the original kernel, text unchanged
+    names = "".join("NCHW"[a] for a in axes)
+    what = "log-softmax" if log else "softmax"
+%>\
+% if channels:
 // ${prefix}: softmax over ${C} channels (${variant}), ${N}x${C}x${HW} (N x C x H*W)
-% if RED == "item":
-// one work-item per (n, h, w): max, sum of exp, then scale
 % else:
+// ${prefix}: ${what} over axes ${names} (${variant}): ${N}x${C}x${HW} (before x ${names} x after)
+% endif
+% if channels and RED == "item":
+// one work-item per (n, h, w): max, sum of exp, then scale
+% elif channels:
 // one work-group per (n, h, w): max and sum reduced by trees in local memory
+% elif RED == "item":
+// one work-item per ${what}: max, sum of exp, then ${"x - max - log(sum)" if log else "scale"}
+% else:
+// one work-group per ${what}: max and sum reduced by trees in local memory
 % endif
 #define WG ${WG}  // work-group size
+% if channels:
 #define N ${N}
 #define C ${C}
 #define HW ${HW}  // H*W: the stride between channels
+% else:
+#define N ${N}  // positions before the axes (the softmaxes' outer index)
+#define C ${C}  // values in one softmax
+#define HW ${HW}  // positions after the axes: the stride between its values
+% endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void ${prefix}(__global const float* restrict x, __global float* restrict y)
@@ -23,9 +42,15 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
     float sum = 0.0f;
     for (int c = 0; c < C; ++c)
         sum += exp(x[base + c * HW] - m);
+% if log:
+    const float ls = log(sum);             // (x - m) - ls: x - m is exact near the max
+    for (int c = 0; c < C; ++c)
+        y[base + c * HW] = (x[base + c * HW] - m) - ls;
+% else:
     const float inv = 1.0f / sum;
     for (int c = 0; c < C; ++c)
         y[base + c * HW] = exp(x[base + c * HW] - m) * inv;
+% endif
 % else:
     __local float part[WG];
     const int lid = get_local_id(0);
@@ -53,8 +78,14 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
             part[lid] += part[lid + s];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+% if log:
+    const float ls = log(part[0]);
+    for (int c = lid; c < C; c += WG)
+        y[base + c * HW] = (x[base + c * HW] - m) - ls;
+% else:
     const float inv = 1.0f / part[0];
     for (int c = lid; c < C; c += WG)
         y[base + c * HW] = exp(x[base + c * HW] - m) * inv;
+% endif
 % endif
 }
