@@ -16,13 +16,19 @@ A single size gives back exactly its schedule's tables: a library built with `--
 the one built before batch ranges existed.
 """
 from dataclasses import dataclass, field, replace
+import numbers
 
 from .errors import AotconvError
+from .names import shown
 from .schedule import Buffer, LaunchRow, ParamRow
 
 
 class BatchError(AotconvError):
     pass
+
+
+def _integer(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def parse_sizes(value, where="--batch"):
@@ -31,27 +37,25 @@ def parse_sizes(value, where="--batch"):
     A list out of order or with a size twice is refused with the list to write instead."""
     if value is None:
         return None
+    what = ("give a positive integer (8) or increasing positive integers separated by commas "
+            "(1,8,32)")
     if isinstance(value, str):
         parts = [p.strip() for p in value.split(",")]
-        if not all(p.isdigit() for p in parts):
-            raise BatchError(f"{where} {value}: give a batch size (8) or increasing batch sizes "
-                             f"separated by commas (1,8,32), each a positive integer")
+        if not all(p.isascii() and p.isdigit() for p in parts):
+            raise BatchError(f"{where} {shown(value)}: {what}")
         sizes = [int(p) for p in parts]
-    elif isinstance(value, int) and not isinstance(value, bool):
-        sizes = [value]
-    elif isinstance(value, (list, tuple)) and value and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
-        sizes = list(value)
+    elif _integer(value):
+        sizes = [int(value)]
+    elif isinstance(value, (list, tuple)) and value and all(map(_integer, value)):
+        sizes = [int(v) for v in value]
     else:
-        raise BatchError(f"{where} {value!r}: give a positive integer or a list of increasing "
-                         f"positive integers")
-    shown = ",".join(map(str, sizes))
+        raise BatchError(f"{where} {shown(value)}: {what}")
+    given = ",".join(map(str, sizes))
     if any(b < 1 for b in sizes):
-        raise BatchError(f"{where} {shown}: batch sizes are positive integers; give "
-                         f"{','.join(str(b) for b in sorted(set(sizes)) if b >= 1) or '1'}")
+        raise BatchError(f"{where} {given}: {what}")
     want = sorted(set(sizes))
     if sizes != want:
-        raise BatchError(f"{where} {shown}: give each batch size once, in increasing order: "
+        raise BatchError(f"{where} {given}: give each batch size once, in increasing order: "
                          f"{where} {','.join(map(str, want))}")
     return tuple(sizes)
 

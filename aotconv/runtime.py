@@ -137,16 +137,21 @@ class Network(Closeable):
 
     def __call__(self, x):
         """The outputs of `x`: the library's whole input (run), or n samples (run_n)."""
+        _, out, n = self._start("run", x)
+        self._pending = []        # run() ends every run before it
+        return self._split(out, n)
+
+    def _start(self, call, x):
+        """`x` through the C `call` (run, run_async) where it is the library's whole input,
+        else through its _n twin: (x, the output array, n or None)."""
         x = np.ascontiguousarray(x, np.float32)
         n = self._samples(x)
         out = self._empty_output(n)
-        fx, fo = self.ffi.from_buffer("float[]", x), self.ffi.from_buffer("float[]", out)
-        if n is None:
-            self._check(self._f("run")(self.handle, fx, x.size, fo, out.size))
-        else:
-            self._check(self._f("run_n")(self.handle, n, fx, x.size, fo, out.size))
-        self._pending = []        # run() ends every run before it
-        return self._split(out, n)
+        args = (self.ffi.from_buffer("float[]", x), x.size,
+                self.ffi.from_buffer("float[]", out), out.size)
+        self._check(self._f(call)(self.handle, *args) if n is None else
+                    self._f(call + "_n")(self.handle, n, *args))
+        return x, out, n
 
     def _samples(self, x):
         """None where `x` is the library's whole input (or a size that is no number of
@@ -179,15 +184,7 @@ class Network(Closeable):
         """Enqueue a run of `x` (C run_async, or run_async_n for n samples) and return; wait()
         gives the output. The input and the output array of every run in flight are kept alive
         here until then."""
-        x = np.ascontiguousarray(x, np.float32)
-        n = self._samples(x)
-        out = self._empty_output(n)
-        fx, fo = self.ffi.from_buffer("float[]", x), self.ffi.from_buffer("float[]", out)
-        if n is None:
-            self._check(self._f("run_async")(self.handle, fx, x.size, fo, out.size))
-        else:
-            self._check(self._f("run_async_n")(self.handle, n, fx, x.size, fo, out.size))
-        self._pending.append((x, out, n))
+        self._pending.append(self._start("run_async", x))
 
     def wait(self):
         """Block until the runs in flight have ended (C wait); the output of the last, if

@@ -395,42 +395,41 @@ static int run_host(aotrt_net *n, const char *call, const run_of *r, const float
     return rc ? rc : enqueued(n, last);
 }
 
+/* The calls from host memory: run and run_async (by_n 0: the largest size, every sample),
+ * run_n and run_async_n (`samples` of them). */
+static int host_call(aotrt_net *n, const char *call, int by_n, size_t samples,
+                     const float *input, size_t input_count, float *output, size_t output_count,
+                     int blocking)
+{
+    if (!n)
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s: net is NULL", call);
+    run_of r = whole(n);
+    int rc = by_n ? pick(n, call, samples, &r) : AOTRT_OK;
+    return rc ? rc : run_host(n, call, &r, input, input_count, output, output_count, blocking);
+}
+
 int aotrt_run(aotrt_net *n, const float *input, size_t input_count, float *output,
               size_t output_count)
 {
-    if (!n)
-        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run: net is NULL");
-    run_of r = whole(n);
-    return run_host(n, "run", &r, input, input_count, output, output_count, 1);
+    return host_call(n, "run", 0, 0, input, input_count, output, output_count, 1);
 }
 
 int aotrt_run_async(aotrt_net *n, const float *input, size_t input_count, float *output,
                     size_t output_count)
 {
-    if (!n)
-        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run_async: net is NULL");
-    run_of r = whole(n);
-    return run_host(n, "run_async", &r, input, input_count, output, output_count, 0);
+    return host_call(n, "run_async", 0, 0, input, input_count, output, output_count, 0);
 }
 
 int aotrt_run_n(aotrt_net *n, size_t samples, const float *input, size_t input_count,
                 float *output, size_t output_count)
 {
-    if (!n)
-        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run_n: net is NULL");
-    run_of r;
-    int rc = pick(n, "run_n", samples, &r);
-    return rc ? rc : run_host(n, "run_n", &r, input, input_count, output, output_count, 1);
+    return host_call(n, "run_n", 1, samples, input, input_count, output, output_count, 1);
 }
 
 int aotrt_run_async_n(aotrt_net *n, size_t samples, const float *input, size_t input_count,
                       float *output, size_t output_count)
 {
-    if (!n)
-        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run_async_n: net is NULL");
-    run_of r;
-    int rc = pick(n, "run_async_n", samples, &r);
-    return rc ? rc : run_host(n, "run_async_n", &r, input, input_count, output, output_count, 0);
+    return host_call(n, "run_async_n", 1, samples, input, input_count, output, output_count, 0);
 }
 
 /* A buffer of the application's: of the handle's context and at least `bytes` long. */
