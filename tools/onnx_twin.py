@@ -1,0 +1,68 @@
+"""An imported torchvision model against its shipped net.yaml twin: both built from the same
+records (no tuning), both timed the same way (tools/time_library.py's medians), one table.
+
+    python tools/onnx_twin.py --target h100 --models resnet50,mobilenet_v2 --out build/twin
+
+The model is exported with tests/zoo/models.py (seeded weights, randomised BatchNorm statistics,
+torch.onnx.export dynamo=True); `aotconv build model.onnx --records-only --check` compares the
+library with onnxruntime (or the numpy reference) before it is timed.
+"""
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "zoo"))
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+def build(source, target, out, check):
+    cmd = [sys.executable, "-m", "aotconv.cli", "build", str(source), "--target", target,
+           "--records-only", "--quiet", "-o", str(out)] + (["--check"] if check else [])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    warn = [l for l in (r.stdout + r.stderr).splitlines() if l.strip()]
+    if r.returncode != 0:
+        raise SystemExit(f"build of {source} failed ({r.returncode}):\n" + "\n".join(warn[-20:]))
+    return warn
+
+
+def main(argv=None):
+    import models
+    from time_library import main as time_main
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="h100")
+    ap.add_argument("--models", default="resnet50,mobilenet_v2")
+    ap.add_argument("--exporter", default="dynamo", choices=models.EXPORTERS)
+    ap.add_argument("--out", default="build/twin")
+    ap.add_argument("--runs", type=int, default=100)
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    rows = []
+    for name in a.models.split(","):
+        onnx_path = models.export(name, a.exporter, out / "onnx")
+        row = {"model": name, "exporter": a.exporter}
+        for kind, source, check in (("onnx", onnx_path, True), ("yaml", name, False)):
+            d = out / f"{name}-{kind}"
+            row[f"{kind}_build_messages"] = build(source, a.target, d, check)
+            js = out / f"{name}-{kind}.json"
+            time_main([str(d), "--label", f"{name} {kind}", "--runs", str(a.runs),
+                       "--json", str(js)])
+            row[kind] = json.loads(js.read_text())
+            kernels = (d / "report.md").read_text() if (d / "report.md").exists() else ""
+            row[f"{kind}_report_lines"] = len(kernels.splitlines())
+        row["ratio_run"] = round(row["onnx"]["run_ms"] / row["yaml"]["run_ms"], 3)
+        row["ratio_pinned"] = round(row["onnx"]["pinned_run_ms"] / row["yaml"]["pinned_run_ms"], 3)
+        rows.append(row)
+        print(f"{name}: imported {row['onnx']['pinned_run_ms']:.3f} ms in "
+              f"{row['onnx']['launches']} launches, net.yaml twin {row['yaml']['pinned_run_ms']:.3f} "
+              f"ms in {row['yaml']['launches']}: ratio {row['ratio_pinned']:.3f} (pinned), "
+              f"{row['ratio_run']:.3f} (run())")
+    (out / "twin.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
