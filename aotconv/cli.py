@@ -28,9 +28,20 @@ def _opt(name):
     return "--" + name.replace("_", "-")
 
 
+def add_precision_option(p):
+    p.add_argument("--precision", default="fp32", metavar="fp32|tf32|fp16",
+                   help="what the kernels may compute in: fp32 (default), tf32 (FP32 storage; "
+                        "TF32 tensor-core math with FP32 sums in the conv layers a tensor-core "
+                        "variant serves, on NVIDIA GPUs of compute capability 8.0 or newer; "
+                        "docs/precision.md); fp16 is not built yet")
+
+
 def check_args(a):
     """Raise AotconvError (one line, naming the option) for any option value that is out of
     range, so that bad input fails before anything is built or measured."""
+    if getattr(a, "precision", None) is not None:
+        from .precision import check as check_precision
+        check_precision(a.precision)
     seed = getattr(a, "seed", None)
     if seed is not None and not 0 <= seed < SEED_LIMIT:
         raise AotconvError(f"--seed {seed}: give an integer from 0 to {SEED_LIMIT - 1}")
@@ -133,7 +144,7 @@ def cmd_build(a):
                           strategy=a.strategy, tuning_db=a.tuning_db,
                           require_tuned=a.require_tuned, check=a.check, quiet=a.quiet,
                           json_progress=a.json, jobs=a.jobs, input_shapes=a.input_shape,
-                          binaries=not a.no_binaries)
+                          binaries=not a.no_binaries, precision=a.precision)
     if res.check_error is not None:
         ok = res.check_error <= 1e-3
         print(f"check against {res.check_reference}: max hybrid error {res.check_error:.2e} "
@@ -218,6 +229,7 @@ def parser():
                    "create() compiles the OpenCL source (docs/c-api.md)")
     b.add_argument("--quiet", action="store_true", help="no progress output")
     b.add_argument("--json", action="store_true", help="progress as JSON lines on stderr")
+    add_precision_option(b)
     add_farm_options(b)
     b.set_defaults(func=cmd_build)
 
@@ -244,6 +256,9 @@ def parser():
         m.add_commands(sub)
     if "tune" in sub.choices:
         add_farm_options(sub.choices["tune"])
+    for name in ("tune", "space", "bench"):
+        if name in sub.choices:
+            add_precision_option(sub.choices[name])
     return p
 
 

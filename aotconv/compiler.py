@@ -61,7 +61,8 @@ def log(msg, quiet=False):
 def compile_network(source, target="auto", outdir=None, batch=None, weights=None, seed=0,
                     tune_mode="tune", budget=None, strategy=None, tuning_db=None,
                     require_tuned=False, check=False, measure=True, quiet=False, json_progress=False,
-                    jobs=None, fuse_pool="measure", input_shapes=None, binaries=True):
+                    jobs=None, fuse_pool="measure", input_shapes=None, binaries=True,
+                    precision="fp32"):
     """Build the library of `source` (a net.yaml, a shipped network's name or an .onnx model)
     for `target` into `outdir`; the keywords are `aotconv build`'s options. `batch`: None (the
     network's own), a size, or increasing sizes (a list, or the text "1,8,32"): one library
@@ -87,7 +88,8 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     # everything is written under od.staging and moved into place at the end (aotconv.outdir)
     with BuildContext.make(tgt, mode=tune_mode, tuning_db=tuning_db, budget=budget,
                            strategy=strategy, jobs=jobs, require_tuned=require_tuned,
-                           quiet=quiet, json_progress=json_progress) as ctx, \
+                           quiet=quiet, json_progress=json_progress,
+                           precision=precision) as ctx, \
             OutputDir(outdir, network=net.name, quiet=quiet) as od:
         log(f"aotconv: {net.name}: {len(net0.layers)} layers ({len(net.layers)} after fusion), "
             f"{sized}target {tgt.name}, output {outdir}", quiet)
@@ -144,11 +146,10 @@ def _build_into(od, ctx, job, quiet):
     clock = ctx.budget if isinstance(ctx.budget, Clock) else None
     for i, u in enumerate(job.units):
         if clock is not None and job.ranged:
-            # a time budget is shared by the sizes: each gets an equal part of what is left
-            ctx.budget = Clock(Budget("seconds", max(clock.left(), 1.0) / (len(job.units) - i)),
-                               kind=clock.kind)
+            ctx.budget = _size_clock(clock, scheds, len(job.units) - i)
         scheds.append(_schedule(ctx, u, job, quiet))
-    ctx.budget = clock if clock is not None else ctx.budget
+    if clock is not None:
+        ctx.budget = clock
     sch = batches.merge([(u.batch, s) for u, s in zip(job.units, scheds)]) if job.ranged \
         else scheds[0]
     plan = binaries.plan(sch.programs, ctx, binaries=job.binaries, log=lambda m: log(m, quiet))
@@ -174,6 +175,17 @@ def _build_into(od, ctx, job, quiet):
             f"report.md has no measured times", quiet)
     write_report(res, stage / "report.md")
     return res
+
+
+def _size_clock(clock, done, sizes_left):
+    """A time budget shared by the batch sizes: the next size's clock, an equal part of what
+    the build's clock has left once the library's build of the sizes already scheduled is
+    kept (each size's clock keeps its own kernels' build, as a one-size build does). The pace
+    and compile times learnt so far carry over."""
+    kept = sum(len(s.programs) for s in done) * clock.build_s()
+    part = Clock(Budget("seconds", max(clock.left() - kept, 1.0) / sizes_left), kind=clock.kind)
+    part.pace, part.builds = clock.pace, clock.builds
+    return part
 
 
 def _schedule(ctx, u, job, quiet):

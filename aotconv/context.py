@@ -13,14 +13,21 @@ the tuning farm (tune.farm.Farm): the devices of the target a Ray cluster offers
 the context is made. With a farm the records are keyed by the identity of the farm's devices,
 and tuning needs no device on this machine.
 
+`precision` (fp32, tf32: aotconv.precision) is what the build may compute in. The context
+carries it on both target profiles (`profile`, `target`), with the live device's compute
+capability where the device is here, so that every step that judges a kernel (spaces,
+records, fallbacks, fusion) applies the variants' `build.precision` and `tensor_cores`
+constraints to the same build.
+
     with BuildContext.make("pocl-cpu", mode="tune", budget="2m") as ctx:
         choices = choose(net, ctx)
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import os
 import sys
 
 from .errors import AotconvError
+from .precision import check as check_precision
 from .targets import device_identity, find_device, get_target, with_limits
 
 MODES = ("tune", "records", "fallback")
@@ -45,6 +52,7 @@ class BuildContext:
     progress: object = None      # tune.progress.Progress
     ray: str = None              # measure on a Ray tuning farm: an address, "auto" or "local"
     ray_workers: int = None      # how many of its devices (default: all it offers)
+    precision: str = "fp32"      # what the build may compute in (aotconv.precision)
     _measurer: object = field(default=None, repr=False)
     _own_measurer: bool = field(default=False, repr=False)
     _farm: object = field(default=None, repr=False)
@@ -52,9 +60,11 @@ class BuildContext:
     @classmethod
     def make(cls, target="auto", *, mode="tune", tuning_db=None, budget=None, strategy=None,
              seed=0, jobs=None, require_tuned=False, share="cost", where=None, quiet=False,
-             json_progress=False, progress=None, measurer=None, ray=None, ray_workers=None):
+             json_progress=False, progress=None, measurer=None, ray=None, ray_workers=None,
+             precision="fp32"):
         """Look the target's device up and open its records; `target` is a name or a profile.
-        With `ray` (default: $AOTCONV_RAY) and mode "tune", start the tuning farm too."""
+        With `ray` (default: $AOTCONV_RAY) and mode "tune", start the tuning farm too.
+        `precision`: fp32 or tf32 (fp16 is an error that says what to use)."""
         from .space import parse_where
         from .tune import strategies
         from .tune.progress import Progress
@@ -62,10 +72,12 @@ class BuildContext:
         from .tune.search import Clock
         if mode not in MODES:
             raise AotconvError(f"unknown choice mode '{mode}'; use {', '.join(MODES)}")
+        precision = check_precision(precision)
         profile = get_target(target) if isinstance(target, str) else target
         strategy = strategy or strategies.DEFAULT
         strategies.parse(strategy)
         found = find_device(profile)
+        profile = with_precision(profile, precision, found[1] if found is not None else None)
         live = with_limits(profile, found[1]) if found is not None else profile
         ray, ray_workers = _farm_options(ray, ray_workers)
         ctx = cls(profile=profile, target=live, found=found,
@@ -75,7 +87,8 @@ class BuildContext:
                    strategy=strategy, seed=seed, jobs=jobs, require_tuned=require_tuned,
                    share=share, where=parse_where(where),
                    progress=progress or Progress.make(quiet=quiet, json_progress=json_progress),
-                   ray=ray, ray_workers=ray_workers, _measurer=measurer)
+                   ray=ray, ray_workers=ray_workers, precision=precision,
+                   _measurer=measurer)
         if ray and mode == "tune" and measurer is None and found is None:
             ctx._start_farm()            # the farm's devices say what records are keyed by
         return ctx
@@ -86,7 +99,9 @@ class BuildContext:
         farm = Farm(self.profile, self.ray, self.ray_workers, device=self.device,
                     say=lambda m: quiet or print(m, file=sys.stderr, flush=True))
         if self.device is None:              # no device here: the farm's stand for it
-            self.device, self.target = farm.device, farm.target
+            self.device = farm.device
+            self.target = replace(farm.target, precision=self.precision,
+                                  compute_capability=self.profile.compute_capability)
         self._measurer, self._own_measurer, self._farm = farm, True, farm
 
     @property
@@ -134,6 +149,15 @@ class BuildContext:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def with_precision(target, precision, device=None):
+    """`target` (a profile) carrying `precision` and, given its live OpenCL `device`, that
+    device's compute capability (NVIDIA; a profile's own stands for an absent device)."""
+    from .variants.limits import compute_capability
+    cc = compute_capability(device) if device is not None else ()
+    return replace(target, precision=check_precision(precision),
+                   compute_capability=cc or target.compute_capability)
 
 
 def _farm_options(ray, workers):

@@ -14,7 +14,7 @@ import subprocess
 
 from mako.lookup import TemplateLookup
 
-from . import __version__
+from . import __version__, precision
 from .errors import AotconvError
 from .variants.base import TEMPLATE_DIR
 from .harness import BUILD_OPTIONS
@@ -156,6 +156,7 @@ def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
               output_sample=lib.output_sample, kernel_counts=[z.nrun for z in lib.sizes],
               memory=memory_of(lib), programs_doc=programs.note,
               has_binaries=programs.has_binaries, comment=c_comment)
+    ns["precision"], ns["precision_doc"] = precision.of_schedule(sch, target)
     (out / f"{name}.h").write_text(_render("c/net.h.mako", **ns))
     progs = [dict(layer=p.layer, file=p.file, cstring=c_string(p.source), prologue=pro,
                   epilogue=epi) for p, (pro, epi) in zip(lib.programs, programs.sections)]

@@ -10,7 +10,11 @@ bench` (our kernels and the reference libraries beside them) and tools/kernel_pr
   part of its output unwritten cannot pass on what an earlier run left there.
 - Verification: against the float64 numpy reference (reference.forward) on the first
   `images` images of the batch (all by default), hybrid relative/absolute tolerance:
-  |out - ref| <= TOLERANCE * max(1, |ref|) everywhere (harness.close).
+  |out - ref| <= TOLERANCE * max(1, |ref|) everywhere (harness.close). A kernel that
+  multiplies in TF32 (aotconv.precision) is allowed, on top of that, the worst case of
+  rounding both operands of every product to TF32: |out - ref| <= TOLERANCE * max(1, |ref|)
+  + L * (2u + u^2) * sum_k |w_k| |x_k| per output, u = 2^-11 (TF32's unit roundoff), L the
+  Lipschitz constant of the fused activation (`tf32_allowance`; docs/precision.md derives it).
 - Copies: as many sets of the buffers as spill the last-level cache twice, at most
   MAX_COPIES and 1/8 of the device memory (`copies`); launch i runs on copy i % copies, so
   a repeat is not served from a cache the previous one warmed.
@@ -36,6 +40,15 @@ from .reference import forward, from_layout, to_layout
 
 TOLERANCE = 1e-3
 MAX_COPIES = 16
+# TF32 keeps 10 of FP32's 23 mantissa bits: rounding to nearest is off by at most half an ulp,
+# a relative 2^-11; a product of two rounded operands by at most (1 + u)^2 - 1 = 2u + u^2
+TF32_UNIT_ROUNDOFF = 2.0 ** -11
+TF32_PRODUCT_BOUND = 2 * TF32_UNIT_ROUNDOFF + TF32_UNIT_ROUNDOFF ** 2
+# the largest slope of each fused activation (|act(a) - act(b)| <= L |a - b|): an error in the
+# sum reaches the output at most L times as large
+_LIPSCHITZ = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "clip": 1.0, "tanh": 1.0,
+              "sigmoid": 0.25, "hardswish": 1.5, "silu": 1.0999, "gelu": 1.129,
+              "gelu_tanh": 1.13}
 
 
 # -- building ----------------------------------------------------------------------------------
@@ -54,10 +67,51 @@ def build(ctx, device, source, options, binary=None, name="kernel"):
 
 # -- the reference -----------------------------------------------------------------------------
 
+def act_lipschitz(attrs):
+    """The largest slope of a layer's fused activation (graph.ACTS)."""
+    kind = attrs.get("act", "none")
+    if kind in ("leaky_relu", "hardsigmoid"):
+        a = abs(float(attrs.get("alpha", 0.01)))
+        return max(1.0, a) if kind == "leaky_relu" else a
+    try:
+        return _LIPSCHITZ[kind]
+    except KeyError:
+        raise ValueError(f"no Lipschitz bound for activation '{kind}'") from None
+
+
+def tf32_allowance(layer, xs, params):
+    """Per output of a conv `layer` (float64, the output's shape): the most that rounding the
+    operands of its products to TF32 can move it, L * (2u + u^2) * sum_k |w_k| |x_k| (the
+    bias, the fused residual and the FP32 accumulation are not rounded to TF32)."""
+    from .reference import conv
+    if layer.op != "conv":
+        raise ValueError(f"no TF32 allowance for op '{layer.op}'")
+    x = np.abs(np.asarray(xs[0], np.float64))
+    w = np.abs(np.asarray(params["weight"], np.float64))
+    s = conv(x, w, None, dict(layer.attrs, act="none"), x.shape[:1] + tuple(layer.out_shape[1:]))
+    return act_lipschitz(layer.attrs) * TF32_PRODUCT_BOUND * s
+
+
+def close_within(out, ref, tol, allowance):
+    """The hybrid check with an allowance per output: |out - ref| <= tol * max(1, |ref|) +
+    allowance everywhere. The error reported is the largest |out - ref| / (max(1, |ref|) +
+    allowance / tol), so that it passes exactly where it is at most `tol`, as harness.close's
+    does."""
+    out = np.asarray(out, np.float64)
+    ref = np.asarray(ref, np.float64)
+    if out.shape != ref.shape or not np.all(np.isfinite(out)):
+        return False, float("inf")
+    if not out.size:
+        return True, 0.0
+    err = float(np.max(np.abs(out - ref) / (np.maximum(1.0, np.abs(ref)) + allowance / tol)))
+    return bool(err <= tol), err
+
+
 class Reference:
     """The float64 output of `layer` on the first `images` images (every image when None),
     computed once when first needed; skipped, and saying why, where it would cost more than
-    `max_gflop`."""
+    `max_gflop`. check() with precision "tf32" adds the TF32 allowance (tf32_allowance),
+    computed once too."""
 
     def __init__(self, layer, xs, params, images=None, max_gflop=None, tol=TOLERANCE):
         n = layer.in_shape[0]
@@ -67,6 +121,7 @@ class Reference:
         self.params = params
         self.skipped = None
         self._expected = None
+        self._allowance = None
         if max_gflop is not None:
             cost = flops(layer) * self.images / n / 1e9
             if cost > max_gflop:
@@ -80,12 +135,26 @@ class Reference:
                                       for k, v in self.params.items()})
         return self._expected
 
-    def check(self, out, tol=None):
-        """{'ok', 'error', 'images'} (error: the largest scaled difference) or {'skipped': why}."""
+    def allowance(self):
+        """tf32_allowance of the checked images."""
+        if self._allowance is None:
+            self._allowance = tf32_allowance(self.layer, self.xs, self.params)
+        return self._allowance
+
+    def check(self, out, tol=None, precision="fp32"):
+        """{'ok', 'error', 'images'} (error: the largest scaled difference) or {'skipped': why}.
+        `precision`: what the kernel computes in (aotconv.precision): "tf32" adds the
+        allowance of TF32 operands."""
         if self.skipped:
             return {"skipped": self.skipped}
-        ok, err = close(np.asarray(out)[:self.images], self.expected(),
-                        self.tol if tol is None else tol)
+        tol = self.tol if tol is None else tol
+        out = np.asarray(out)[:self.images]
+        if precision == "fp32":
+            ok, err = close(out, self.expected(), tol)
+        elif precision == "tf32":
+            ok, err = close_within(out, self.expected(), tol, self.allowance())
+        else:
+            raise ValueError(f"no tolerance for precision '{precision}'")
         return {"ok": ok, "error": err, "images": self.images}
 
 
@@ -180,12 +249,13 @@ class Kernel:
 
 # -- running a subject -------------------------------------------------------------------------
 
-def verify(subject, reference, tol=None):
-    """Poison copy 0's output, run it, read it back and check it: (check, ms of that run)."""
+def verify(subject, reference, tol=None, precision="fp32"):
+    """Poison copy 0's output, run it, read it back and check it (with the tolerance of
+    `precision`, what the subject computes in): (check, ms of that run)."""
     subject.poison()
     h = subject.timed(0)
     subject.finish()
-    return reference.check(subject.output(), tol), subject.ms(h)
+    return reference.check(subject.output(), tol, precision), subject.ms(h)
 
 
 def estimate_ms(subject):

@@ -2,6 +2,7 @@
 from collections import defaultdict
 
 from . import __version__
+from .precision import of_schedule
 from .graph import ACT_OPS
 from .ops import is_alias, flops as op_flops
 
@@ -21,7 +22,8 @@ def _stats(c):
 def write_report(res, path):
     net, sch, tgt = res.net, res.schedule, res.target
     lines = [f"# {net.name} for {tgt.name}", "",
-             f"aotconv {__version__}; target: {tgt.summary()}.", ""]
+             f"aotconv {__version__}; target: {tgt.summary()}.", "",
+             f"Precision: {of_schedule(sch, tgt)[1]} (docs/precision.md).", ""]
     if res.sizes:
         lines += _sizes(res)
     else:

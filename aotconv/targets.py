@@ -42,6 +42,8 @@ class Target:
     cache_bytes: int = 0        # last-level cache timing must defeat by rotating inputs
     max_alloc_bytes: int = 0    # the largest single buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE)
     global_mem_bytes: int = 0   # all buffers together (global memory, within the address width)
+    compute_capability: tuple = ()   # NVIDIA (major, minor): the tensor cores it has
+    precision: str = "fp32"     # what a build may compute in (aotconv.precision; context sets it)
 
     def summary(self):
         mem = (f", buffers up to {self.max_alloc_bytes / 2**30:.1f} of "
@@ -54,7 +56,8 @@ TARGETS = {t.name: t for t in [
     Target("h100", "NVIDIA", r"H100", "gpu", 1024, 48 * 1024, 132, 32, 65536, 255, 2,
            66900.0, 3350.0, "NVIDIA H100 SXM, NVIDIA OpenCL",
            max_wg_dims=(1024, 1024, 64), local_mem_per_cu=228 * 1024, cache_bytes=50 << 20,
-           max_alloc_bytes=21254373376, global_mem_bytes=85017493504),
+           max_alloc_bytes=21254373376, global_mem_bytes=85017493504,
+           compute_capability=(9, 0)),
     Target("pocl-cpu", r"pocl|Portable Computing Language", r".*", "cpu", 4096, 2 * 1024 * 1024,
            2, 16, 0, 255, 1, 320.0, 20.0, "PoCL pthread CPU device",
            max_wg_dims=(4096, 4096, 4096), cache_bytes=32 << 20,

@@ -78,6 +78,9 @@ def cmd_space(args, load=None):
     from ..targets import get_target
     net = _load(load, args.net, args.batch)
     target = get_target(args.target)
+    if getattr(args, "precision", None):            # what the spaces of that build offer
+        from ..context import with_precision
+        target = with_precision(target, args.precision)
     names = args.layer or [l.name for l in net.layers if not is_alias(l)]
     for i, name in enumerate(names):
         try:
@@ -105,7 +108,8 @@ def cmd_tune(args, load=None):
     choices = choose(net, target, mode="tune", budget=args.budget, strategy=args.strategy,
                      tuning_db=args.tuning_db, quiet=args.quiet, json_progress=args.json,
                      jobs=args.jobs, seed=args.seed, only=args.layer,
-                     where=getattr(args, "where", None))
+                     where=getattr(args, "where", None),
+                     precision=getattr(args, "precision", None) or "fp32")
     if args.json:
         print(json.dumps({"event": "summary", "target": target.name,
                           "layers": {n: summary_row(net.layer(n), c, target)

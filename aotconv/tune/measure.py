@@ -148,6 +148,7 @@ class Job:
     rotate_bytes: int = 0
     tol: float = protocol.TOLERANCE
     device: int = 0                 # which of the matching devices of this machine runs it
+    precision: str = "fp32"         # what the variant computes in: its tolerance (protocol)
 
 
 def prepare_job(target, layer, cand, variants, options, seed=0, timeout_s=20.0,
@@ -163,7 +164,7 @@ def prepare_job(target, layer, cand, variants, options, seed=0, timeout_s=20.0,
                        f"configuration: {type(e).__name__}: {e}")
     return Job(layer, cand.cfg, plan, source, tuple(options), seed=seed, timeout_s=timeout_s,
                min_total_ms=min_total_ms, repeats=tuple(repeats),
-               rotate_bytes=target.cache_bytes)
+               rotate_bytes=target.cache_bytes, precision=getattr(v, "precision", "fp32"))
 
 
 # -- worker processes --------------------------------------------------------------------------
@@ -386,7 +387,7 @@ def run_candidate(tick, target, job):
         k = protocol.Kernel(ctx, q, job.layer, job.plan, job.cfg, xs, params, program=prog,
                             source=job.source)
         tick(job.timeout_s)
-        check, t1 = protocol.verify(k, ref, job.tol)
+        check, t1 = protocol.verify(k, ref, job.tol, job.precision)
     except (cl.Error, TypeError, ValueError, AttributeError) as e:   # CL errors, bad arguments
         return Outcome(Status.LAUNCH_FAILED, message=_cl_error(e), build_s=build_s)
     if not check["ok"]:

@@ -8,13 +8,35 @@ for every variant as CLTune does:
   occupancy in local memory and in registers, registers per work-item (variants that estimate
   them), the largest allocation;
 - the index width of the kernels (`device.index_width`): every index they compute fits the
-  32-bit ints they compute it in.
+  32-bit ints they compute it in;
+- for a variant that computes in less than FP32 (`precision`: TF32), the build's precision
+  (`build.precision`): an fp32 build never runs it (aotconv.precision).
+
+`compute_capability` reads an NVIDIA device's compute capability (the tensor cores a variant
+may ask for) through cl_nv_device_attribute_query.
 
 `is_valid` and `first_valid` judge single points with the same constraints: what a variant's
 fallback() picks from its preferred points is never pruned. This module sits below the space
 and beside the variants, so that both read it and data flows one way: variants -> space.
 """
 from .base import Config, Constraint, LEVELS, NoFallback, whole
+
+# cl_nv_device_attribute_query
+CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV = 0x4000
+CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV = 0x4001
+
+
+def compute_capability(device):
+    """(major, minor) of an NVIDIA OpenCL device (pyopencl), or () for a device without
+    cl_nv_device_attribute_query (every other vendor's)."""
+    try:
+        if "cl_nv_device_attribute_query" not in device.extensions.split():
+            return ()
+        return (int(device.get_info(CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV)),
+                int(device.get_info(CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV)))
+    except Exception:                # a driver that lists the extension and fails the query
+        return ()
+
 
 def _prod(xs):
     n = 1
@@ -182,6 +204,14 @@ def device_constraints(variant, target):
                    f"past the {INDEX_LIMIT} that their 32-bit ints reach",
                    lambda l, c, t: indices_fit(variant, l, c, geo)),
     ]
+    wants = getattr(variant, "precision", "fp32")
+    if wants != "fp32":
+        from ..precision import NAMES, allowing, allows, of_target
+        out.append(Constraint(
+            "build.precision", "hardware",
+            f"the variant computes in {NAMES[wants]}: only a build of --precision "
+            f"{' or '.join(allowing(wants))} runs it (docs/precision.md)",
+            lambda l, c, t: allows(of_target(t), wants)))
     if target.max_alloc_bytes:
         out.append(Constraint(
             "device.max_alloc", "hardware",

@@ -49,6 +49,9 @@ extern "C" {
 #define AOTCONV_${NAME}_SCRATCH_BYTES ${memory["scratch"]}u     /* one scratch buffer shared by all layers */
 #define AOTCONV_${NAME}_DEVICE_BYTES ${memory["device"]}u      /* the sum */
 
+/* Arithmetic: ${comment(precision_doc)} (docs/precision.md of aotconv) */
+#define AOTCONV_${NAME}_PRECISION "${precision}"
+
 /* Programs: ${comment(programs_doc)} */
 #define AOTCONV_${NAME}_EMBEDS_BINARIES ${1 if has_binaries else 0}
 #define AOTCONV_${NAME}_FROM_SOURCE 0   /* program_source(): compiled from the embedded OpenCL C */
