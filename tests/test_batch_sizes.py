@@ -415,3 +415,27 @@ def test_a_c_program_runs_n_images(lenet5, tmp_path):
     p = subprocess.run([str(exe), str(d / "lenet5.params.bin"), str(tmp_path / "in.bin"), "0",
                         str(tmp_path / "out.bin")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "run_n failed (-1): lenet5_run_n: n is 0" in p.stderr
+
+
+def test_a_time_budget_is_shared_by_the_sizes(tmp_path, monkeypatch):
+    """Each size's searches get an equal part of what the build's clock has left, the library
+    build of the sizes before it kept; the build's own clock is back afterwards."""
+    from aotconv import compiler
+    from aotconv.tune.search import Clock
+    seen, real = [], compiler._schedule
+
+    def spy(ctx, u, job, quiet):
+        seen.append((u.batch, ctx.budget))
+        return real(ctx, u, job, quiet)
+    monkeypatch.setattr(compiler, "_schedule", spy)
+    compile_network("lenet5", target="pocl-cpu", outdir=tmp_path / "o", batch=[1, 2, 8],
+                    tune_mode="fallback", budget="90s", measure=False, quiet=True)
+    assert [b for b, _ in seen] == [1, 2, 8]
+    clocks = [c for _, c in seen]
+    assert all(isinstance(c, Clock) for c in clocks)
+    parts = [c.budget.amount for c in clocks]
+    kept = 7 * clocks[0].build_s()                   # one size's kernels, built in the library
+    assert 25 < parts[0] <= 30                       # a third of 90 s
+    assert (80 - kept) / 2 < parts[1] <= (90 - kept) / 2      # half of what is left
+    assert 70 - 2 * kept < parts[2] <= 90 - 2 * kept          # the rest
+    assert clocks[0].pace is clocks[2].pace          # what one measurement costs carries over

@@ -230,6 +230,11 @@ static void application_queue(const char *params, const float *x, const float *w
     expect_close("run_buffers matches the reference", y, want, NOUT);
     expect("run_buffers twice, then wait", FN(run_buffers)(net, in, out) |
            FN(run_buffers)(net, in, out) | FN(wait)(net), OK, net, NULL);
+    expect("run_buffers_n(n = 0)", FN(run_buffers_n)(net, 0, in, out), E_ARG, net, "n is 0");
+    expect("run_buffers_n(1 sample) from a one-float buffer",
+           FN(run_buffers_n)(net, 1, small, out), E_ARG, net, NULL);
+    expect("run_buffers_n(1 sample), then wait", FN(run_buffers_n)(net, 1, in, out) |
+           FN(wait)(net), OK, net, NULL);
     double *ms = calloc(NKER + 1, sizeof *ms);
     expect("profile of a run_buffers run on a profiling queue", FN(profile)(net, ms, NKER), OK,
            net, NULL);
@@ -506,6 +511,36 @@ int main(int argc, char **argv)
     expect("run_async from the host buffers", FN(run_async)(net, hin, NIN, hout, NOUT) |
            FN(wait)(net), OK, net, NULL);
     expect_close("  matches the reference", hout, want, NOUT);
+
+    /* run_n, run_async_n and batch_sizes: n samples, the rest of the size padded */
+    const size_t SIN = MACRO(INPUT_SAMPLE_COUNT), SOUT = MACRO(OUTPUT_SAMPLE_COUNT);
+    const size_t BMAX = MACRO(BATCH_MAX);
+    const size_t *sizes = NULL;
+    result(FN(batch_sizes)(&sizes) == MACRO(BATCH_COUNT) && sizes &&
+           sizes[MACRO(BATCH_COUNT) - 1] == BMAX && FN(batch_sizes)(NULL) == MACRO(BATCH_COUNT)
+           && BMAX * SIN == NIN && BMAX * SOUT == NOUT, "batch_sizes agrees with the header",
+           "differs");
+    expect("run_n(NULL handle)", FN(run_n)(NULL, 1, x, SIN, y2, SOUT), E_ARG, NULL, "NULL");
+    expect("run_n(n = 0)", FN(run_n)(net, 0, x, 0, y2, 0), E_ARG, net, "n is 0");
+    expect("run_n(n above the largest size)", FN(run_n)(net, BMAX + 1, x, NIN + SIN, y2,
+           NOUT + SOUT), E_ARG, net, "give 1 to");
+    expect("run_n(n = SIZE_MAX)", FN(run_n)(net, SIZE_MAX, x, SIN, y2, SOUT), E_ARG, net, NULL);
+    expect("run_n(the input count of 2 samples for 1)", FN(run_n)(net, 1, x, 2 * SIN, y2, SOUT),
+           E_ARG, net, "samples of");
+    expect("run_n(NULL output)", FN(run_n)(net, 1, x, SIN, NULL, SOUT), E_ARG, net, "NULL");
+    memset(y2, 0, NOUT * sizeof *y2);
+    expect("run_n(every sample)", FN(run_n)(net, BMAX, x, NIN, y2, NOUT), OK, net, NULL);
+    expect_close("  matches the reference", y2, want, NOUT);
+    memset(y2, 0, NOUT * sizeof *y2);
+    expect("run_n(1 sample)", FN(run_n)(net, 1, x, SIN, y2, SOUT), OK, net, NULL);
+    expect_close("  its first output's first value matches the reference", y2, want, 1);
+    expect("run_async_n(n = 0)", FN(run_async_n)(net, 0, x, 0, y2, 0), E_ARG, net, "n is 0");
+    expect("run_async_n(1 sample), then wait", FN(run_async_n)(net, 1, x, SIN, y2, SOUT) |
+           FN(wait)(net), OK, net, NULL);
+    expect_close("  its first output's first value matches the reference", y2, want, 1);
+    if (hin && hout)
+        expect("run_n(1 sample) from the host buffers", FN(run_n)(net, 1, hin, SIN, hout, SOUT),
+               OK, net, NULL);
 
     /* set_params with the same floats gives the same output */
     expect("run", FN(run)(net, x, NIN, y, NOUT), OK, net, NULL);
