@@ -51,11 +51,15 @@ def _measured(res):
     else:
         lines.append("The target's device was not present at build time: no measured times.")
     if res.check_error is not None:
-        against = ("the float64 numpy reference" if res.check_reference == "numpy"
-                   else res.check_reference)
-        lines.append(f"Output checked against {against}: max hybrid error "
+        lines.append(f"Output checked against {_against(res)}: max hybrid error "
                      f"{res.check_error:.2e} (tolerance 1e-3).")
     return lines
+
+
+def _against(res):
+    """What --check compared the library with."""
+    return ("the float64 numpy reference" if res.check_reference == "numpy"
+            else res.check_reference)
 
 
 def _sizes(res):
@@ -74,8 +78,8 @@ def _sizes(res):
         lines.append("The target's device was not present at build time: no measured times.")
     if res.check_error is not None:
         between = f" and n = {res.check_n} (between two sizes)" if res.check_n else ""
-        lines.append(f"Output checked against the float64 numpy reference at every size"
-                     f"{between}: max hybrid error {res.check_error:.2e} (tolerance 1e-3).")
+        lines.append(f"Output checked against {_against(res)} at every size{between}: max "
+                     f"hybrid error {res.check_error:.2e} (tolerance 1e-3).")
     lines += ["", "| batch | kernels per run | kernel ms | ms per sample | activations (its own "
               "plan) | check error |", "|---|---|---|---|---|---|"]
     for z in sizes:

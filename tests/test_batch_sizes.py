@@ -319,7 +319,8 @@ def test_check_and_report_cover_every_size(lenet5):
         assert len(z.profile) == 7 and all(np.isfinite(ms) for _, ms in z.profile)
     report = (lenet5.outdir / "report.md").read_text()
     assert "Batch sizes **1, 8** in one library" in report
-    assert "at every size and n = 5 (between two sizes)" in report
+    assert ("checked against the float64 numpy reference at every size and n = 5 (between two "
+            "sizes)") in report
     for z in lenet5.sizes:
         total = sum(ms for _, ms in z.profile)
         assert re.search(rf"^\| {z.batch} \| 7 \| {total:.4f} \|", report, re.M), z.batch
@@ -439,3 +440,21 @@ def test_a_time_budget_is_shared_by_the_sizes(tmp_path, monkeypatch):
     assert (80 - kept) / 2 < parts[1] <= (90 - kept) / 2      # half of what is left
     assert 70 - 2 * kept < parts[2] <= 90 - 2 * kept          # the rest
     assert clocks[0].pace is clocks[2].pace          # what one measurement costs carries over
+
+
+def test_an_onnx_model_with_a_symbolic_batch_is_checked_at_every_size(tmp_path):
+    """--check of an .onnx model against onnxruntime, at each size and at an n between."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx_helpers import model, node, rand, save
+    m = model([node("Conv", ["x", "w", "b"], ["c"], name="/conv", pads=[1, 1, 1, 1]),
+               node("Relu", ["c"], ["y"], name="/relu")], ["N", 3, 6, 6],
+              inits={"w": rand(4, 3, 3, 3, scale=0.3), "b": rand(4, scale=0.1)})
+    path = save(m, tmp_path / "m.onnx")
+    res = compile_network(path, target="pocl-cpu", outdir=tmp_path / "o", batch=[1, 4],
+                          tune_mode="fallback", check=True, quiet=True)
+    assert res.check_reference == "onnxruntime"
+    assert res.check_n == 3 and res.check_error <= 1e-3
+    assert [z.batch for z in res.sizes] == [1, 4] and all(z.check_error <= 1e-3 for z in res.sizes)
+    assert "checked against onnxruntime at every size and n = 3" in (
+        tmp_path / "o" / "report.md").read_text()
