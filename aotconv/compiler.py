@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from . import params as params_mod
-from . import batches, binaries, fusion, layouts, passes, spec
+from . import batches, binaries, fusion, layouts, passes, precision, spec
 from .build import build as ninja_build
 from .choose import choose
 from .context import BuildContext
@@ -163,7 +163,7 @@ def _build_into(od, ctx, job, quiet):
     if job.ranged:
         res.sizes = [SizeResult(u.batch, s) for u, s in zip(job.units, scheds)]
     if job.measure and ctx.present:
-        refs = [_reference(u, job, flat) for u in job.units]
+        refs = [_reference(u, job, flat, s) for u, s in zip(job.units, scheds)]
         if job.ranged:
             measure_sizes(stage, res, job, flat, refs)
         else:
@@ -219,12 +219,17 @@ def _schedule(ctx, u, job, quiet):
     return sch
 
 
-def _reference(u, job, flat):
-    """What --check compares size `u` with: the ONNX import's reference (onnxruntime) where
-    it may stand, else the float64 numpy reference of the network as written. None without
-    --check."""
+def _reference(u, job, flat, sch):
+    """What --check compares size `u` (scheduled as `sch`) with: where layers compute in
+    TF32, the float64 reference with their operands rounded as the kernels round them
+    (aotconv.precision, docs/precision.md); else the ONNX import's reference (onnxruntime)
+    where it may stand, else the float64 numpy reference of the network as written. None
+    without --check."""
     if not job.check:
         return None
+    tf32 = precision.check_reference(sch, u.net0, flat)
+    if tf32 is not None:
+        return tf32
     if job.reference_ok:
         ref = u.imported.reference()
         if ref is not None:

@@ -165,3 +165,26 @@ def network_reference(source, net, x, params, layers):
         values[layer.name] = conv(xr, wr, b.astype(np.float64) if has_bias else None, a,
                                   layer.out_shape)
     return [values[o] for o in source.outputs]
+
+
+class TF32Reference:
+    """What a build whose conv layers `layers` compute in TF32 checks its library against
+    (--check): network_reference of the network as written, `source`, with the parameters
+    `flat`; callable on an input batch like the other references of aotconv.compiler."""
+
+    name = "the float64 numpy reference with the TF32 layers' operands rounded to TF32"
+
+    def __init__(self, source, net, flat, layers):
+        self.source, self.net, self.flat, self.layers = source, net, flat, list(layers)
+
+    def __call__(self, x):
+        from .params import split
+        return network_reference(self.source, self.net, x, split(self.source, self.flat),
+                                 self.layers)
+
+
+def check_reference(sch, source, flat):
+    """A TF32Reference for the schedule `sch` of `source` when some of its layers compute in
+    TF32, else None (the FP32 reference stands)."""
+    layers = [n for n, p in reduced_layers(sch.choices) if p == "tf32"]
+    return TF32Reference(source, sch.net, flat, layers) if layers else None

@@ -307,8 +307,58 @@ def test_ptx_conv_mma_against_the_reference(gpu, lid, monkeypatch):
     target, ctx = gpu
     layer, xs, prm = case(lid)
     for cfg in [MMA.fallback(layer, target)] + points(layer, target, 6):
-        assert "mma.sync" in MMA.render(layer, cfg, "k")
         out = check_point(layer, xs, prm, cfg, target, ctx)
+    # the driver compiled the tensor-core path (its binary is PTX), not the emulation
+    ptx = harness.build(ctx[0], MMA.render(layer, cfg, "k")).binaries[0]
+    assert b"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
+    assert b"cvt.rna.tf32.f32" in ptx
     monkeypatch.setenv(EMULATE_ENV, "1")
     emu = check_point(layer, xs, prm, cfg, target, ctx)
     assert harness.close(out, emu, 1e-5)[0]
+
+
+# -- a tf32 library on PoCL ---------------------------------------------------------------------
+
+NET = """name: tcnet
+input: [2, 8, 9, 9]
+layers:
+  - {name: c1, op: conv, out: 16, kernel: 3, pad: 1, bias: false}
+  - {name: bn1, op: batchnorm}
+  - {name: r1, op: relu}
+  - {name: c2, op: conv, out: 24, kernel: 3, stride: 2, act: relu}
+  - {name: gap, op: global_avgpool}
+  - {name: fc, op: dense, out: 5}
+"""
+
+
+def test_a_tf32_library_says_so_and_checks_against_the_tf32_model(emulated, tmp_path,
+                                                                  monkeypatch):
+    """conv_mma recorded fastest for both convs (one with a batchnorm folded into it): the
+    tf32 build runs it in both, its header and report say so, and --check compares with the
+    reference whose TF32 layers' operands are rounded (the folded weights included)."""
+    from aotconv.compiler import compile_network
+    from aotconv.context import BuildContext
+    from aotconv.passes import optimise
+    from aotconv.spec import load_network
+    monkeypatch.setenv("AOTCONV_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AOTCONV_SHIPPED_RECORDS", "0")
+    (tmp_path / "tcnet.yaml").write_text(NET)
+    db = tmp_path / "records.jsonl"
+    with BuildContext.make("pocl-cpu", mode="records", precision="tf32") as ctx:
+        store = Store(write=[db])
+        for name in ("c1", "c2"):
+            layer = optimise(load_network(str(tmp_path / "tcnet.yaml"))).layer(name)
+            store.append(Key(layer, MMA, ctx.target, ctx.device),
+                         MMA.fallback(layer, ctx.target), Outcome(Status.OK, 1e-3, (1e-3,)))
+    res = compile_network(str(tmp_path / "tcnet.yaml"), target="pocl-cpu",
+                          outdir=tmp_path / "out", tune_mode="records", tuning_db=str(db),
+                          check=True, quiet=True, precision="tf32")
+    assert {n: c.variant for n, c in res.schedule.choices.items()
+            if n in ("c1", "c2")} == {"c1": "conv_mma", "c2": "conv_mma"}
+    assert "TF32 layers' operands rounded" in res.check_reference
+    assert res.check_error <= 1e-5            # the emulation is the TF32 model, FP32 sums aside
+    header = (tmp_path / "out" / "tcnet.h").read_text()
+    assert '#define AOTCONV_TCNET_PRECISION "tf32"' in header
+    assert "TF32 tensor-core math with FP32 accumulation in 2 of 2 conv layers (c1, c2)" in header
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Precision: FP32 storage; TF32 tensor-core math" in report
