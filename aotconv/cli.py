@@ -42,6 +42,12 @@ def check_args(a):
     if getattr(a, "precision", None) is not None:
         from .precision import check as check_precision
         check_precision(a.precision)
+        if getattr(a, "command", None) == "bench" and a.precision != "fp32":
+            # its references run cuDNN with TF32 off and its checks are FP32's
+            raise AotconvError(f"bench --precision {a.precision}: the benchmark compares FP32 "
+                               f"kernels only; tune and build with --precision {a.precision} "
+                               f"(`aotconv tune NET --precision {a.precision}` prints the "
+                               f"layers' times)")
     seed = getattr(a, "seed", None)
     if seed is not None and not 0 <= seed < SEED_LIMIT:
         raise AotconvError(f"--seed {seed}: give an integer from 0 to {SEED_LIMIT - 1}")
@@ -92,12 +98,21 @@ def add_farm_options(p):
                         "(docs/tuning.md, Tuning farm; pip install aotconv[farm])")
     p.add_argument("--ray-workers", type=int, metavar="N",
                    help="use N of the farm's devices (with --ray local: offer N workers)")
+    p.add_argument("--lanes", type=int, metavar="N",
+                   help="tune N layers at once (default: 2 per device of a GPU farm, 2 on one "
+                        "GPU, 1 on a CPU device; docs/tuning.md, Tuning farm)")
 
 
 def check_farm(a):
     """--ray needs Ray installed; --ray-workers a positive count and --ray. The choice goes
     to BuildContext through AOTCONV_RAY / AOTCONV_RAY_WORKERS."""
     ray, workers = getattr(a, "ray", None), getattr(a, "ray_workers", None)
+    lanes = getattr(a, "lanes", None)
+    if lanes is not None and lanes < 1:
+        raise AotconvError(f"--lanes {lanes}: give a positive integer")
+    if lanes is not None:
+        from .tune.search import LANES_ENV
+        os.environ[LANES_ENV] = str(lanes)
     if workers is not None and workers < 1:
         raise AotconvError(f"--ray-workers {workers}: give a positive integer")
     if workers is not None and not ray:
