@@ -12,9 +12,10 @@ layer's sizes leave a partial tile (decided at generation time).
 Domain: 1x1 kernels with stride 1 and no padding, any dilation (it has no effect on a 1x1
 kernel) and any groups; NCHW in and out.
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, ceil_div, pow2_at_least
-from .conv_common import (conv_sizes, domain_reason, enough_work_groups, thread_dims,
-                          whole_simd_groups)
+from .base import Variant, Knob, Constraint, Launch, ceil_div
+from .conv_common import (conv_sizes, domain_reason, enough_work_groups, not_oversized,
+                          thread_dims, vw_divides, whole_simd_groups)
+from .flat import conv_args
 from .limits import first_valid
 from .residual import with_residual
 
@@ -61,21 +62,20 @@ class Conv1x1(Variant):
     template = "kernels/conv_1x1.cl.mako"
 
     constraints = (
-        Constraint("vw_divides_nt", "algorithm",
-                   "a work-item's NT columns are whole VW-wide vectors",
-                   lambda l, c, t: c["NT"] % c["VW"] == 0),
+        vw_divides("NT", "a work-item's NT columns are whole VW-wide vectors"),
         Constraint("vectors_stay_in_image", "algorithm",
                    "a VW-wide load or store must not straddle two images: H*W % VW == 0",
                    lambda l, c, t: (l.out_shape[2] * l.out_shape[3]) % c["VW"] == 0),
-        Constraint("m_tile_not_oversized", "software",
-                   "a tile beyond the next power of two above K/G (floor 8) computes padding",
-                   lambda l, c, t: _tile(c)[0] <= max(8, pow2_at_least(_dims(l)[0]))),
-        Constraint("n_tile_not_oversized", "software",
-                   "a tile beyond the next power of two above N*H*W (floor 8) computes padding",
-                   lambda l, c, t: _tile(c)[1] <= max(8, pow2_at_least(_dims(l)[1]))),
-        Constraint("kb_not_oversized", "software",
-                   "a step beyond the next power of two above C/G (floor 4) multiplies zeros",
-                   lambda l, c, t: c["KB"] <= max(4, pow2_at_least(_dims(l)[2]))),
+        not_oversized("m_tile_not_oversized",
+                      "a tile beyond the next power of two above K/G (floor 8) computes padding",
+                      lambda c: _tile(c)[0], lambda l: _dims(l)[0], 8),
+        not_oversized("n_tile_not_oversized",
+                      "a tile beyond the next power of two above N*H*W (floor 8) computes "
+                      "padding",
+                      lambda c: _tile(c)[1], lambda l: _dims(l)[1], 8),
+        not_oversized("kb_not_oversized",
+                      "a step beyond the next power of two above C/G (floor 4) multiplies zeros",
+                      lambda c: c["KB"], lambda l: _dims(l)[2], 4),
         Constraint("accumulators_fit", "software",
                    "more than 128 accumulators per work-item spill on every compiler we target",
                    lambda l, c, t: c["MT"] * c["NT"] <= 128),
@@ -131,7 +131,6 @@ class Conv1x1(Variant):
     def launches(self, layer, cfg, prefix):
         m, n, _ = _dims(layer)
         mblk, nblk = _tile(cfg)
-        args = with_residual(layer, (In(0), Param("weight"))
-                             + ((Param("bias"),) if layer.attrs["bias"] else ()) + (Out(),))
+        args = with_residual(layer, conv_args(layer))
         gsize = (ceil_div(n, nblk) * cfg["NB"], ceil_div(m, mblk) * layer.attrs["groups"] * cfg["MB"])
         return [Launch(prefix, args, gsize, (cfg["NB"], cfg["MB"]))]

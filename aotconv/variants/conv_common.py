@@ -3,12 +3,15 @@
 - `conv_sizes`: a conv layer's sizes under the names their templates use;
 - work-groups on GPUs and CPUs: `thread_dims`, `simd_groups_ok` and the `whole_simd_groups`
   constraint, and BEAST's occupancy rule `enough_work_groups`;
+- register blocks: `vw_divides` (a block is whole vectors) and `not_oversized` (a block no
+  larger than the next power of two above the size it covers), and `row_block_constraints`,
+  those of QT consecutive outputs of one row;
 - `row_reads`: how a work-item that computes QT consecutive outputs of one output row reads,
   per filter row, the input segment its windows cover: which columns it uses, which loads
   need a guard against the padding and the edges, and which runs of columns become one vector
   load.
 """
-from .base import Constraint
+from .base import Constraint, pow2_at_least
 from ..graph import count
 
 # A tile this size keeps a big GPU's compute unit busy: a layer with at least this many outputs
@@ -48,17 +51,33 @@ def whole_simd_groups(wg):
                       lambda l, c, t: simd_groups_ok(wg(c), t))
 
 
-def enough_work_groups(work_groups):
-    """BEAST's minimum occupancy; `work_groups(layer, cfg)`: the work-groups of the run."""
+def enough_work_groups(work_groups, tile=OCCUPANCY_TILE,
+                       when="the layer has enough 64x64 tiles to give them"):
+    """BEAST's minimum occupancy; `work_groups(layer, cfg)`: the work-groups of the run. A
+    layer with fewer than `tile` outputs per wanted work-group is exempt (`when` says when it
+    is not, in the reason)."""
     def ok(l, c, t):
         want = t.min_wg_per_cu * t.compute_units
-        if count(l.out_shape) < want * OCCUPANCY_TILE:
+        if count(l.out_shape) < want * tile:
             return True                             # too small to fill the device anyway
         return work_groups(l, c) >= want
 
     return Constraint("enough_work_groups", "hardware",
                       "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute "
-                      "unit when the layer has enough 64x64 tiles to give them", ok)
+                      f"unit when {when}", ok)
+
+
+def vw_divides(block, reason):
+    """`vw_divides_<block>`: a work-item's `block` outputs (a knob) are whole VW-wide vectors."""
+    return Constraint(f"vw_divides_{block.lower()}", "algorithm", reason,
+                      lambda l, c, t: c[block] % c["VW"] == 0)
+
+
+def not_oversized(name, reason, value, size, floor=1):
+    """`name`: `value(cfg)` (a block of a work-item or a work-group) at most the next power of
+    two above `size(layer)`, or `floor`: beyond that it only computes padding."""
+    return Constraint(name, "software", reason,
+                      lambda l, c, t: value(c) <= max(floor, pow2_at_least(size(l))))
 
 
 def _shown(key, v):
@@ -80,6 +99,16 @@ def domain_reason(variant, layer, needs):
             return (f"{variant.name} needs {key} {_shown(key, want if key != 'pad' else (0,))}, "
                     f"not {_shown(key, got)}" + (f": {why[0]}" if why else ""))
     return None
+
+
+def row_block_constraints():
+    """Those of a work-item that computes QT consecutive outputs of one output row, stored as
+    VW-wide vectors (conv_tiled, conv_depthwise)."""
+    return (vw_divides("QT", "a work-item's QT outputs are stored as whole VW-wide vectors"),
+            not_oversized("qt_not_oversized",
+                          "outputs per work-item beyond the next power of two above the output "
+                          "width only compute padding",
+                          lambda c: c["QT"], lambda l: l.out_shape[3]))
 
 
 def row_span(layer, qt):

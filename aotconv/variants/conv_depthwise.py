@@ -23,9 +23,12 @@ Domain: any kernel size, stride, asymmetric pad, dilation, channel multiplier, b
 the fused activation in the epilogue. FLOPs and the bytes moved are ops.flops / bytes_moved
 (2 x KH x KW per output; every input, weight and output once).
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, ceil_div, round_up
+from .base import Variant, Knob, Constraint, Launch, ceil_div, pow2_at_least, round_up
+from .conv_common import (conv_sizes, enough_work_groups, row_block_constraints, row_reads,
+                          row_span, whole_simd_groups)
+from .flat import conv_args
+from .limits import first_valid
 from .residual import residual_reason
-from .conv_igemm import conv_sizes, first_valid, pow2_at_least, simd_groups_ok
 
 # Straight-line code budget: above this many multiply-adds per work-item the filter-row loop
 # stays a loop and only the taps of one row are emitted.
@@ -45,12 +48,6 @@ def _geometry(layer, cfg):
 
 def _wg(cfg):
     return cfg["TX"] * cfg["TY"] * cfg["CB"]
-
-
-def _span(layer, cfg):
-    """Input columns one work-item's QT windows cover in one filter row."""
-    a = layer.attrs
-    return (cfg["QT"] - 1) * a["stride"][1] + (a["kernel"][1] - 1) * a["dilation"][1] + 1
 
 
 def _tile(layer, cfg):
@@ -80,14 +77,6 @@ def _lmem_reuses(l, c, t):
     return c["TY"] * c["TX"] * c["QT"] * kh * kw > th * tw
 
 
-def _enough_work_groups(l, c, t):
-    want = t.min_wg_per_cu * t.compute_units
-    n, k, p, q = l.out_shape
-    if n * k * p * q < want * SIMD_FILL * 4:
-        return True                     # too small to fill the device with any tile
-    return _work_groups(l, c) >= want
-
-
 def _fallbacks(layer):
     """Work-groups of 64 (valid on every target), QT = 4 then 2 then 1 outputs per work-item;
     the tile covers the row (up to 8 work-items), then rows, then channels."""
@@ -105,14 +94,7 @@ class ConvDepthwise(Variant):
     ops = ("conv",)
     template = "kernels/conv_depthwise.cl.mako"
 
-    constraints = (
-        Constraint("vw_divides_qt", "algorithm",
-                   "a work-item's QT outputs are stored as whole VW-wide vectors",
-                   lambda l, c, t: c["QT"] % c["VW"] == 0),
-        Constraint("qt_not_oversized", "software",
-                   "outputs per work-item beyond the next power of two above the output width "
-                   "only compute padding",
-                   lambda l, c, t: c["QT"] <= pow2_at_least(l.out_shape[3])),
+    constraints = row_block_constraints() + (
         Constraint("tile_not_oversized", "software",
                    "a work-group tile wider, taller or deeper than the output (to the next power "
                    "of two) only adds idle work-items; channels may pad a work-group up to 64, "
@@ -122,25 +104,19 @@ class ConvDepthwise(Variant):
                    "staging the halo in local memory pays only where the tile's windows read "
                    "each staged value more than once on average (not 1x1, not stride >= kernel)",
                    _lmem_reuses),
-        Constraint("whole_simd_groups", "hardware",
-                   "on a GPU, a work-group that is not a whole number of SIMD groups leaves lanes "
-                   "idle",
-                   lambda l, c, t: simd_groups_ok(_wg(c), t)),
-        Constraint("enough_work_groups", "hardware",
-                   "BEAST's occupancy rule: at least min_wg_per_cu work-groups per compute unit "
-                   "when the layer is large enough to give them",
-                   _enough_work_groups),
+        whole_simd_groups(_wg),
+        # a layer too small to fill the device with any tile is exempt
+        enough_work_groups(_work_groups, SIMD_FILL * 4, "the layer is large enough to give them"),
     )
 
     def supports(self, layer):
-        if layer.op != "conv":
-            return f"{self.name} implements conv, not {layer.op}"
+        why = super().supports(layer)
         c = layer.in_shape[1]
-        if layer.attrs["groups"] != c:
-            return (f"{self.name} needs groups == input channels (depthwise), not groups "
-                    f"{layer.attrs['groups']} of {c} channels")
+        if why is None and layer.attrs["groups"] != c:
+            why = (f"{self.name} needs groups == input channels (depthwise), not groups "
+                   f"{layer.attrs['groups']} of {c} channels")
         # any kernel, stride, pad, dilation, channel multiplier; no residual input
-        return residual_reason(self, layer)
+        return why or residual_reason(self, layer)
 
     def knobs(self, layer, target):
         return [Knob("QT", (1, 2, 4, 8), "outputs per work-item along the output row"),
@@ -157,7 +133,7 @@ class ConvDepthwise(Variant):
     def registers(self, layer, cfg):
         """QT accumulators, one filter row's input segment, about 20 for indices, pointers and
         the current weight."""
-        return cfg["QT"] + _span(layer, cfg) + 20
+        return cfg["QT"] + row_span(layer, cfg["QT"]) + 20
 
     def local_mem_bytes(self, layer, cfg):
         th, tw = _tile(layer, cfg)
@@ -166,33 +142,11 @@ class ConvDepthwise(Variant):
     def template_params(self, layer, cfg):
         d = conv_sizes(layer)
         qb, x, y, z, kpad = _geometry(layer, cfg)
-        qt, sw, dw = cfg["QT"], d["SW"], d["DW"]
-        span = _span(layer, cfg)
-        used = sorted({qq * sw + j * dw for qq in range(qt) for j in range(d["S"])})
-        if cfg["LMEM"]:                 # the staged halo is zero-filled: nothing to guard
-            guard_col = {i: False for i in used}
-            guard_row = [False] * d["R"]
-        else:
-            # a column or row needs a guard only if some work-item's window puts it in the
-            # padding or past the edge
-            last_q0 = (qb - 1) * qt * sw - d["PL"]
-            guard_col = {i: (i - d["PL"] < 0) or (last_q0 + i > d["W"] - 1) for i in used}
-            guard_row = [(r * d["DH"] - d["PT"] < 0)
-                         or ((d["P"] - 1) * d["SH"] - d["PT"] + r * d["DH"] > d["H"] - 1)
-                         for r in range(d["R"])]
-        # runs of VW consecutive unguarded columns become one vector load
-        vec_at, i = {}, 0
-        cols = set(used)
-        while i < span:
-            run = range(i, i + cfg["VW"])
-            if cfg["VW"] > 1 and all(j in cols and not guard_col[j] for j in run):
-                vec_at[i] = True
-                i += cfg["VW"]
-            else:
-                i += 1
+        qt = cfg["QT"]
+        # the staged halo (LMEM=1) is zero-filled: nothing to guard
+        d.update(row_reads(layer, d, qt, cfg["VW"], qb, guarded=not cfg["LMEM"]))
         th, tw = _tile(layer, cfg)
-        d.update(M=d["K"] // d["C"], QB=qb, KPAD=kpad, WG=_wg(cfg), SPAN=span, USED=used,
-                 GUARD_COL=guard_col, GUARD_ROW=guard_row, VEC_AT=vec_at, TIH=th, TIW=tw,
+        d.update(M=d["K"] // d["C"], QB=qb, KPAD=kpad, WG=_wg(cfg), TIH=th, TIW=tw,
                  UNROLL_R=d["R"] * d["S"] * qt <= MAX_UNROLLED_FMAS,
                  XCHK=x != qb, YCHK=y != d["P"], KCHK=kpad != d["K"], QCHK=d["Q"] % qt != 0,
                  has_bias=bool(layer.attrs["bias"]))
@@ -200,6 +154,4 @@ class ConvDepthwise(Variant):
 
     def launches(self, layer, cfg, prefix):
         _, x, y, z, _ = _geometry(layer, cfg)
-        args = (In(0), Param("weight")) + ((Param("bias"),) if layer.attrs["bias"] else ()) \
-            + (Out(),)
-        return [Launch(prefix, args, (x, y, z), (cfg["TX"], cfg["TY"], cfg["CB"]))]
+        return [Launch(prefix, conv_args(layer), (x, y, z), (cfg["TX"], cfg["TY"], cfg["CB"]))]

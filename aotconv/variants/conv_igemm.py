@@ -34,7 +34,6 @@ from .base import (Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, Sc
                    ceil_div, pow2_at_least, round_up)
 from .conv_common import conv_sizes, enough_work_groups, thread_dims, whole_simd_groups
 from .gemm_tiles import whole_vectors
-from .conv_common import simd_groups_ok  # noqa: F401  (conv_depthwise imports it from here)
 from .limits import first_valid
 from .residual import with_residual
 

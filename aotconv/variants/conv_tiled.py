@@ -13,10 +13,10 @@ work-items of a filter block; WCONST puts them in __constant memory when they fi
 Domain: every convolution (any kernel, stride, asymmetric pad, dilation, groups); NCHW in and
 out.
 """
-from .base import (Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, ceil_div,
+from .base import (Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, bias_arg, ceil_div,
                    pow2_at_least, round_up)
-from .conv_common import (conv_sizes, enough_work_groups, row_reads, row_span,
-                          whole_simd_groups)
+from .conv_common import (conv_sizes, enough_work_groups, not_oversized, row_block_constraints,
+                          row_reads, row_span, whole_simd_groups)
 from .limits import first_valid
 from .residual import with_residual
 
@@ -59,17 +59,10 @@ class ConvTiled(Variant):
     ops = ("conv",)
     template = "kernels/conv_tiled.cl.mako"
 
-    constraints = (
-        Constraint("vw_divides_qt", "algorithm",
-                   "output stores are whole VW-wide vectors of the QT pixels",
-                   lambda l, c, t: c["QT"] % c["VW"] == 0),
-        Constraint("kt_not_oversized", "software",
-                   "a channel block beyond the next power of two above K/G computes padding",
-                   lambda l, c, t: c["KT"] <= pow2_at_least(l.out_shape[1] // l.attrs["groups"])),
-        Constraint("qt_not_oversized", "software",
-                   "a pixel block beyond the next power of two above the output width computes "
-                   "padding",
-                   lambda l, c, t: c["QT"] <= pow2_at_least(l.out_shape[3])),
+    constraints = row_block_constraints() + (
+        not_oversized("kt_not_oversized",
+                      "a channel block beyond the next power of two above K/G computes padding",
+                      lambda c: c["KT"], lambda l: l.out_shape[1] // l.attrs["groups"]),
         Constraint("wg_not_wasteful", "software",
                    "a work-group larger than the whole launch (or one SIMD group) only adds "
                    "idle work-items",
@@ -114,8 +107,7 @@ class ConvTiled(Variant):
         return {"wpack": _packed(layer, cfg)}
 
     def launches(self, layer, cfg, prefix):
-        args = with_residual(layer, (In(0), Buffer("wpack"))
-                             + ((Param("bias"),) if layer.attrs["bias"] else ()) + (Out(),))
+        args = with_residual(layer, (In(0), Buffer("wpack")) + bias_arg(layer) + (Out(),))
         return [Launch(f"{prefix}_pack", (Param("weight"), Buffer("wpack")),
                        (round_up(_packed(layer, cfg), 64),), (64,), phase="setup"),
                 Launch(prefix, args, (round_up(_items(layer, cfg), cfg["WG"]),), (cfg["WG"],))]

@@ -4,23 +4,17 @@ RED="item": one work-item per output, a sequential dot product of length IN.
 RED="group": one work-group per output; its WG work-items stride over IN and combine their
 partial sums with a tree in local memory (better when IN is large and N*OUT small).
 """
-from .flat import Reduction, conv_args, reduction_constraints
+from .flat import Reduction, conv_args
 from ..graph import count
-
-
-def _items(layer):
-    return layer.out_shape[0] * layer.out_shape[1]
 
 
 class DenseDirect(Reduction):
     name = "dense_direct"
     ops = ("dense",)
     template = "kernels/dense_direct.cl.mako"
-    constraints = reduction_constraints(
-        _items, lambda layer: count(layer.in_shape[1:]), "row",
-        "in a group reduction, work-items beyond the input length only add zeros")
     what = "output"
-    units = staticmethod(_items)
+    width = staticmethod(lambda layer: count(layer.in_shape[1:]))
+    within = ("row", "in a group reduction, work-items beyond the input length only add zeros")
     args = staticmethod(conv_args)
 
     def template_params(self, layer, cfg):

@@ -167,11 +167,25 @@ def reduction_constraints(units, width, width_name, width_reason):
 
 
 class Reduction(Variant):
-    """A variant with knob RED: each of `units(layer)` outputs gets a work-item ("item") or a
-    work-group ("group") that reduces `what` by a tree in local memory, over `args(layer)`."""
+    """A variant with knob RED: each of `units(layer)` outputs (by default every element of the
+    output) gets a work-item ("item") or a work-group ("group") that reduces the `width(layer)`
+    values of one `what` by a tree in local memory, over `args(layer)`. A subclass names those
+    and `within` (the name and reason of the constraint that keeps a group no wider than the
+    values); its constraints are then reduction_constraints(units, width, *within)."""
     what = None                 # what one output reduces, for the knob's doc
+    within = None               # (name, reason)
 
-    def units(self, layer):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "constraints" not in cls.__dict__:       # else declared outright
+            cls.constraints = reduction_constraints(cls.units, cls.width, *cls.within)
+
+    @staticmethod
+    def units(layer):
+        return count(layer.out_shape)
+
+    @staticmethod
+    def width(layer):
         raise NotImplementedError
 
     def args(self, layer):

@@ -1,20 +1,6 @@
 <%namespace name="c" file="_common.mako"/>\
 <%!
-def vtype(w):
-    return "float" if w == 1 else "float%d" % w
-
-def comp(w, i):
-    return "" if w == 1 else ".s%x" % i
-
-def indent(text, n):
-    pad = " " * n
-    return "".join(pad + l if l.strip() else l for l in text.splitlines(True))
-
-def plus(base, r, k):
-    """base + r * k as code, folded where the filter row r is a constant."""
-    if isinstance(r, int):
-        return base if r * k == 0 else "%s + %d" % (base, r * k)
-    return "%s + %s * %d" % (base, r, k)
+from aotconv.variants.kernel_text import comp, indent, plus, vtype
 %>\
 <%
     act, alpha = attrs["act"], attrs["alpha"]
