@@ -62,6 +62,17 @@ def allowing(variant_precision):
     return [p for p in BUILT if allows(p, variant_precision)]
 
 
+def reason(variant, target):
+    """None when a build for `target` (a profile carrying its precision) may run `variant`,
+    else why not: the spaces leave such a variant out, as they leave out one that does not
+    implement the layer."""
+    p = of_variant(variant)
+    if allows(of_target(target), p):
+        return None
+    return (f"{variant.name} computes in {NAMES[p]}: only a build of --precision "
+            f"{' or '.join(allowing(p))} runs it")
+
+
 def of_target(target):
     """The precision a target profile carries (aotconv.context sets it; a profile as written
     is fp32)."""

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from .precision import reason as precision_reason
 from .variants import active
 from .variants.base import Config, Partial, Unbound, Variant
 from .variants.limits import (INDEX_LIMIT, constraints_of, device_constraints,  # noqa: F401
@@ -193,7 +194,7 @@ def checked_space(layer, target, cfgs):
     point_ok: what records-only choices need, in milliseconds instead of an enumeration."""
     parts = []
     for v in active():
-        if v.supports(layer) is not None:
+        if v.supports(layer) is not None or precision_reason(v, target) is not None:
             continue
         knobs = list(v.knobs(layer, target))
         total = 1
@@ -288,7 +289,7 @@ def layer_space(layer, target, variants=None, explain=False):
     explain=True also counts every constraint's violations (`aotconv space`)."""
     parts, unsupported = [], []
     for v in (active() if variants is None else variants):
-        why = v.supports(layer)
+        why = v.supports(layer) or precision_reason(v, target)
         if why is None:
             parts.append(variant_space(layer, v, target, explain))
         elif variants is not None or layer.op in v.ops:

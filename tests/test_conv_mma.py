@@ -25,7 +25,7 @@ from aotconv.context import with_precision
 from aotconv.errors import AotconvError
 from aotconv.graph import Layer
 from aotconv.precision import check, round_tf32
-from aotconv.space import variant_space
+from aotconv.space import layer_space, variant_space
 from aotconv.targets import TARGETS, find_device
 from aotconv.tune.measure import Outcome, Status, prepare_job, run_candidate
 from aotconv.tune.records import Key, Store
@@ -143,6 +143,10 @@ def _mma_part(layer, target):
 
 def test_conv_mma_is_offered_only_to_tf32_builds_on_tensor_cores():
     layer = conv((8, 64, 28, 28), out=128, kernel=3, pad=1, act="relu")
+    # an fp32 build's spaces leave it out; its own constraint would prune it anyway
+    sp = layer_space(layer, H100, variants=[MMA])
+    assert not sp.parts and sp.unsupported == [
+        ("conv_mma", "conv_mma computes in TF32: only a build of --precision tf32 runs it")]
     part = _mma_part(layer, H100)
     assert not part.points and part.first["build.precision"] == part.total
     assert _mma_part(layer, with_precision(H100, "tf32")).points
