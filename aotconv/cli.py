@@ -98,12 +98,21 @@ def add_farm_options(p):
                         "(docs/tuning.md, Tuning farm; pip install aotconv[farm])")
     p.add_argument("--ray-workers", type=int, metavar="N",
                    help="use N of the farm's devices (with --ray local: offer N workers)")
+    p.add_argument("--lanes", type=int, metavar="N",
+                   help="tune N layers at once (default: 2 per device of a GPU farm, 2 on one "
+                        "GPU, 1 on a CPU device; docs/tuning.md, Tuning farm)")
 
 
 def check_farm(a):
     """--ray needs Ray installed; --ray-workers a positive count and --ray. The choice goes
     to BuildContext through AOTCONV_RAY / AOTCONV_RAY_WORKERS."""
     ray, workers = getattr(a, "ray", None), getattr(a, "ray_workers", None)
+    lanes = getattr(a, "lanes", None)
+    if lanes is not None and lanes < 1:
+        raise AotconvError(f"--lanes {lanes}: give a positive integer")
+    if lanes is not None:
+        from .tune.search import LANES_ENV
+        os.environ[LANES_ENV] = str(lanes)
     if workers is not None and workers < 1:
         raise AotconvError(f"--ray-workers {workers}: give a positive integer")
     if workers is not None and not ray:

@@ -1,7 +1,8 @@
 """The tuning farm (aotconv.tune.farm): device-free checks of its rules and options, and, with
 `make test-farm` (Ray installed, AOTCONV_FARM_TESTS=1), a local Ray with two PoCL workers, each
 its own OpenCL context: records equal to one local worker's, a killed worker and a hung one
-cost nothing but a re-queued candidate.
+cost nothing but a re-queued candidate, and several layers in flight at once (lanes) keep
+the trial budget and survive a killed worker.
 """
 import json
 import os
@@ -148,8 +149,10 @@ def test_two_workers_each_with_its_own_context(farm):
 @farm_tests
 def test_farm_records_equal_one_local_workers(pocl, farm, tmp_path, monkeypatch):
     """The same candidates (a seeded random search under a trial budget) measured by the
-    farm's two workers and by this machine's Measurer: the same records (op, variant, cfg)
-    with the same outcomes."""
+    farm's two workers, in the farm's lanes, and by this machine's Measurer in one: the same
+    records (op, variant, cfg) with the same outcomes. (The order layers finish in changes
+    which similar layers' records seed a layer; TINY's layers are of different ops, which
+    never seed each other, so here the candidates are the same whatever the order.)"""
     from aotconv.tune.measure import Measurer
     monkeypatch.setenv("AOTCONV_SHIPPED_RECORDS", "0")
     local_db, farm_db = tmp_path / "local.jsonl", tmp_path / "farm.jsonl"
@@ -157,8 +160,10 @@ def test_farm_records_equal_one_local_workers(pocl, farm, tmp_path, monkeypatch)
     farm_db.touch()
     monkeypatch.setenv("AOTCONV_CACHE_DIR", str(tmp_path / "c1"))
     with Measurer(pocl, jobs=1) as m:
+        assert m.lanes == 1
         local = _tune(pocl, local_db, m)
     monkeypatch.setenv("AOTCONV_CACHE_DIR", str(tmp_path / "c2"))
+    assert farm.lanes > 1
     farmed = _tune(pocl, farm_db, farm)
     a, b = _keys(local_db), _keys(farm_db)
     assert len(a) >= 9 and a == b
@@ -187,9 +192,9 @@ def _store(tmp_path, layer, pocl, farm):
 
 
 def _wait_for_hosts(farm, n, seconds=120):
+    """The dispatcher starts replacements and adds them as they answer."""
     t0 = time.monotonic()
     while len(farm.hosts) < n and time.monotonic() - t0 < seconds:
-        farm._joined()
         time.sleep(0.5)
     return len(farm.hosts)
 
@@ -244,3 +249,63 @@ def test_a_hung_worker_is_replaced_after_its_heartbeat_deadline(pocl, farm, tmp_
     assert stopped and farm.requeued == before + 1
     assert all(o is not None and o.ok for o in outs)
     assert stopped[0] not in farm.pids()
+
+
+LANES_NET = {"name": "lanes", "input": [1, 4, 8, 8], "layers": [
+    {"name": "r", "op": "relu"}, {"name": "t", "op": "tanh"}, {"name": "s", "op": "sigmoid"},
+    {"name": "d", "op": "dense", "out": 10}]}
+
+
+class KillOnce:
+    """Progress that kills a busy farm worker at the `after`-th trial (in a lane's thread)."""
+
+    def __init__(self, farm, after, stream):
+        from aotconv.tune.progress import Progress
+        self.p = Progress("json", stream)
+        self.farm, self.after, self.seen, self.killed = farm, after, 0, []
+
+    def __getattr__(self, name):
+        return getattr(self.p, name)
+
+    def trial(self, cand, outcome, outcomes):
+        self.p.trial(cand, outcome, outcomes)
+        self.seen += 1
+        busy = self.farm.pids(busy=True)
+        if self.seen >= self.after and not self.killed and busy:
+            self.killed.append(busy[0])
+            os.kill(busy[0], signal.SIGKILL)
+
+
+@farm_tests
+def test_lanes_keep_several_layers_in_flight_and_survive_a_killed_worker(pocl, farm, tmp_path):
+    """Four layers, four lanes on the two workers: layers overlap (a layer starts before
+    another is done), the trial budget is spent exactly, each candidate is recorded once, and
+    a worker killed mid-run costs only a re-queued candidate."""
+    import io
+    from aotconv.spec import network_from_dict
+    from aotconv.tune.records import Store
+    from aotconv.tune.search import tune_network, unique_layers
+    assert _wait_for_hosts(farm, 2) == 2
+    groups = unique_layers(network_from_dict(LANES_NET).layers)
+    path = tmp_path / "lanes.jsonl"
+    out = io.StringIO()
+    progress = KillOnce(farm, 5, out)
+    before = farm.requeued
+    res = tune_network(groups, pocl, farm, Store(write=[path]), farm.device, budget=16,
+                       strategy="random", progress=progress, lanes=4, seeding=False)
+    events = [json.loads(l) for l in out.getvalue().splitlines()]
+    flying, most = set(), 0
+    for e in events:
+        if e["event"] == "layer_start":
+            flying.add(e["layers"][0])
+            most = max(most, len(flying))
+        elif e["event"] == "layer_done":
+            flying.remove(e["layers"][0])
+    assert most >= 2 and not flying
+    lines = [json.loads(l) for l in open(path)]
+    assert len(lines) == 16                                 # the budget, exactly
+    assert len({(l["op"], l["variant"], json.dumps(l["cfg"])) for l in lines}) == 16
+    assert all(l["status"] == "ok" for l in lines)
+    assert progress.killed and farm.requeued == before + 1
+    assert all(r.best is not None for r in res.values()) and len(res) == 4
+    assert _wait_for_hosts(farm, 2) == 2

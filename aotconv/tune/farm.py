@@ -19,8 +19,15 @@ Ray does the scheduling; this module only says what runs where:
   driver) and the farm keeps only the actors of one identity, this machine's device's when it
   has one, else the identity most actors share; the others are released, never mixed into one
   measurement, and records are keyed by that identity;
+- lanes: several layer searches measure at once (tune.search lanes; `Farm.lanes`, by default
+  two per device of a GPU farm), each calling `measure` from its own thread. One dispatcher
+  thread, started with the farm, owns the actors, the compile window and the ready queue over
+  the candidates of every pending call; `measure` hands its candidates to it and waits for
+  its own outcomes, so one search's compiles overlap another's runs and no device waits for a
+  compile while another search has a candidate ready;
 - results: each outcome is handed to the caller's `on_outcome` as it arrives (tune_layer
-  appends it to the record store then), so an interrupted run keeps everything measured;
+  appends it to the record store then), on the caller's thread, so an interrupted run keeps
+  everything measured;
 - failures: a compile or run is typed as locally (tune.measure). An actor that dies (its
   process killed, its node lost) or stops answering its heartbeat for `hang_s` costs only its
   candidate in flight, which goes back to the queue and runs on another device (`retries`
@@ -33,13 +40,16 @@ Ray is optional (`pip install aotconv[farm]`); without `--ray` nothing here is i
 from collections import deque
 import json
 import os
+import queue
 import socket
+import threading
 import time
 
 from ..errors import AotconvError
 from .measure import MAX_LOG, MeasurerBase, Measurer, Outcome, Status, build_binary, prepare_job
 
-POLL_S = 0.5             # how often the loop looks at deadlines and heartbeats
+POLL_S = 0.5             # how long an idle dispatcher waits for work before looking again
+WAKE_S = 0.05            # a busy dispatcher's wait on Ray, so that new work starts at once
 PING_S = 5.0             # heartbeat period of a busy actor
 INSTALL = "pip install aotconv[farm]"
 
@@ -140,10 +150,29 @@ def _compile(target, source, options, binary):
 
 # -- the caller's side -------------------------------------------------------------------------
 
+class _Call:
+    """One measure() call: what its caller waits for (outcomes come through `events`)."""
+
+    def __init__(self, layer, candidates):
+        self.layer, self.candidates = layer, candidates
+        self.out = [None] * len(candidates)
+        self.left = 0                  # tasks not finished (the dispatcher's count)
+        self.events = queue.Queue()    # (index, Outcome), or (None, an exception to raise)
+        self.cancelled = False         # its caller stopped waiting
+
+
+class _Task:
+    """One candidate of a call, through compile and run."""
+    __slots__ = ("call", "i", "job", "attempts")
+
+    def __init__(self, call, i, job):
+        self.call, self.i, self.job, self.attempts = call, i, job, 0
+
+
 class _Host:
     def __init__(self, actor, node, pid, ordinal, live):
         self.actor, self.node, self.pid, self.ordinal, self.live = actor, node, pid, ordinal, live
-        self.job = None            # (index, ref, attempt) in flight
+        self.job = None            # (task, ref, built, node) in flight
         self.ping = None           # (ref, sent at)
 
 
@@ -157,7 +186,7 @@ class Farm(MeasurerBase):
     def __init__(self, target, address="local", workers=None, device=None, timeout_s=20.0,
                  build_timeout_s=300.0, seed=0, min_total_ms=20.0, repeats=(5, 30),
                  options=None, retries=1, hang_s=60.0, start_timeout_s=180.0, binaries=None,
-                 overlap=None, say=None):
+                 overlap=None, say=None, lanes=None):
         from ..harness import BUILD_OPTIONS
         self.ray = ray = require_ray()
         self.profile = target
@@ -174,6 +203,16 @@ class Farm(MeasurerBase):
         self.hosts = []
         self._starting = []        # (actor, its where() ref, the host it replaces, started at)
         self._own_ray = False
+        # the dispatcher's state (its thread is the only one that changes it)
+        self._inbox = queue.Queue()        # lists of new _Tasks from measure()
+        self._to_compile = deque()         # _Task
+        self._compiling = {}               # ref -> (_Task, submitted at)
+        self._ready = deque()              # (_Task, built, node)
+        self._calls = set()                # _Calls with tasks not finished
+        self._spread = 0                   # round robin of compiles over the nodes
+        self._closing = threading.Event()
+        self._thread = None
+        self._broken = None                # the error every later measure() raises
         if workers is not None and workers < 1:
             raise AotconvError(f"--ray-workers {workers}: give a positive integer")
         self._start_ray(address, workers)
@@ -182,6 +221,12 @@ class Farm(MeasurerBase):
         except BaseException:
             self.close()
             raise
+        # lanes: a GPU farm's devices idle while a search waits for its compiles, so two
+        # searches per device keep them busy; a CPU farm times nothing while it compiles
+        self.lanes = lanes or (2 * len(self.hosts) if self.overlap else len(self.hosts))
+        self._thread = threading.Thread(target=self._dispatch, name="aotconv-farm",
+                                        daemon=True)
+        self._thread.start()
 
     # -- start -------------------------------------------------------------------------------
     def _start_ray(self, address, workers):
@@ -291,137 +336,214 @@ class Farm(MeasurerBase):
 
     # -- measure -----------------------------------------------------------------------------
     def measure(self, layer, candidates, variants=None, on_outcome=None):
+        """MeasurerBase.measure, safe to call from several threads at once (one per lane):
+        the candidates join the dispatcher's queues and this thread waits for their outcomes,
+        handing each to `on_outcome` as it arrives."""
         from ..variants import BY_NAME
-        ray = self.ray
         variants = variants or BY_NAME
-        out = [None] * len(candidates)
-        jobs = {}
-        to_compile = deque()
+        call = _Call(layer, candidates)
+        tasks = []
         for i, c in enumerate(candidates):
             j = prepare_job(self.target, layer, c, variants, self.options, self.seed,
                             self.timeout_s, self.min_total_ms, self.repeats)
             if isinstance(j, Outcome):
-                out[i] = j
+                call.out[i] = j
                 if on_outcome is not None:
                     on_outcome(c, j)
             else:
-                jobs[i] = j
-                to_compile.append(i)
-        compiling = {}             # ref -> (index, submitted at)
-        ready = deque()            # (index, built, node)
-        attempts = {}
-
-        def finish(i, o):
-            out[i] = o
-            if on_outcome is not None:
-                on_outcome(candidates[i], o)
-
-        def lost(h, why):
-            """`h` died or hung: its candidate goes back to the queue, a new actor in its
-            place."""
-            if h.job is not None:
-                i, _, built, node = h.job
-                attempts[i] = attempts.get(i, 0) + 1
-                if attempts[i] > self.retries:
-                    finish(i, Outcome(Status.LAUNCH_FAILED, message=(
-                        f"{attempts[i]} farm workers were lost measuring it; the last: "
-                        f"{why}")[:MAX_LOG]))
-                else:
-                    self.requeued += 1
-                    ready.appendleft((i, built, node))
-            try:
-                ray.kill(h.actor)
-            except Exception:
-                pass
-            self.hosts.remove(h)
-            self.say(f"aotconv: farm: lost the worker on {h.node[:8]} (pid {h.pid}): {why}; "
-                     f"{'its candidate goes to another' if h.job else 'no candidate lost'}")
-            self._replace(h)
-
+                tasks.append(_Task(call, i, j))
+        if not tasks:
+            return call.out
+        if self._broken is not None:
+            raise self._broken
+        call.left = len(tasks)
+        self._inbox.put(tasks)
+        pending = len(tasks)
         try:
-            while any(o is None for o in out):
-                # compiles: a window of as many as the cluster has CPUs
-                nodes = sorted({h.node for h in self.hosts})
-                while to_compile and len(compiling) < self.cpus:
-                    i = to_compile.popleft()
-                    node = nodes[i % len(nodes)] if nodes else None
-                    opts = {"num_cpus": 1}
-                    if node is not None:
-                        from ray.util.scheduling_strategies import \
-                            NodeAffinitySchedulingStrategy
-                        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node,
-                                                                                     soft=True)
-                    ref = self._remote_compile.options(**opts).remote(
-                        self.profile, jobs[i].source, self.options, self.binaries)
-                    compiling[ref] = (i, time.monotonic())
-                # runs: a CPU device times nothing while compiles run (they steal its cores)
-                if self.overlap or not (compiling or to_compile):
-                    for h in [h for h in self.hosts if h.job is None]:
-                        if not ready:
-                            break
-                        pick = next((k for k, r in enumerate(ready) if r[2] == h.node), 0)
-                        i, built, node = ready[pick]
-                        del ready[pick]
-                        h.job = (i, h.actor.run.remote(jobs[i], built), built, node)
-                        h.ping = None
-                self._joined()
-                if not self.hosts and not self._starting:
-                    left = sum(o is None for o in out)
-                    raise AotconvError(f"every device of the farm was lost; {left} candidates "
-                                       f"of layer '{layer.name}' are not measured (what was "
-                                       f"measured is in the records)")
-                running = {h.job[1]: h for h in self.hosts if h.job is not None}
-                refs = list(compiling) + list(running)
-                if refs:
-                    done, _ = ray.wait(refs, num_returns=1, timeout=POLL_S)
-                else:                               # waiting for a replacement worker
-                    done = []
-                    time.sleep(POLL_S)
-                for ref in done:
-                    if ref in compiling:
-                        i, _ = compiling.pop(ref)
-                        try:
-                            (kind, value, secs), node = ray.get(ref)
-                        except Exception as e:
-                            finish(i, Outcome(Status.BUILD_FAILED, message=(
-                                f"the compile task failed: {type(e).__name__}: "
-                                f"{e}")[:MAX_LOG]))
-                            continue
-                        if kind == "fail":
-                            finish(i, Outcome(Status.BUILD_FAILED, message=value, build_s=secs))
-                        else:
-                            ready.append((i, (kind, value, secs), node))
-                    else:
-                        h = running[ref]
-                        i = h.job[0]
-                        try:
-                            o = ray.get(ref)
-                        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-                                ray.exceptions.ObjectLostError) as e:
-                            lost(h, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
-                            continue
-                        except Exception as e:          # a bug of ours in the actor
-                            h.job = None
-                            finish(i, Outcome(Status.LAUNCH_FAILED, message=(
-                                f"measurement failed: {type(e).__name__}: {e}")[:MAX_LOG]))
-                            continue
-                        h.job = None
-                        finish(i, o)
-                self._deadlines(compiling, finish, lost)
+            while pending:
+                try:
+                    i, o = call.events.get(timeout=POLL_S)
+                except queue.Empty:
+                    if self._thread is None or not self._thread.is_alive():
+                        raise self._broken or AotconvError("the farm was closed") from None
+                    continue
+                if i is None:
+                    raise o
+                call.out[i] = o
+                pending -= 1
+                if on_outcome is not None:
+                    on_outcome(candidates[i], o)
         finally:
-            for ref in compiling:
-                ray.cancel(ref, force=True)
-        return out
+            if pending:
+                call.cancelled = True       # its compiles are cancelled, its runs dropped
+        return call.out
 
-    def _deadlines(self, compiling, finish, lost):
+    # -- the dispatcher (one thread: the only one that touches hosts, refs and queues) --------
+    def _dispatch(self):
+        try:
+            while not self._closing.is_set():
+                idle = not (self._compiling or self._to_compile or self._ready
+                            or any(h.job is not None for h in self.hosts))
+                self._take(block=idle)
+                self._step()
+        except BaseException as e:                  # a bug of ours: every caller hears of it
+            self._broken = AotconvError(f"the tuning farm's dispatcher failed: "
+                                        f"{type(e).__name__}: {e}")
+            self._fail_all(self._broken)
+
+    def _take(self, block):
+        """New calls' tasks into the compile queue (waiting up to POLL_S for one if `block`)."""
+        try:
+            tasks = self._inbox.get(timeout=POLL_S) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._to_compile.extend(tasks)
+            self._calls.update(t.call for t in tasks)
+            try:
+                tasks = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _finish(self, task, o):
+        call = task.call
+        call.left -= 1
+        if call.left <= 0:
+            self._calls.discard(call)
+        if not call.cancelled:
+            call.events.put((task.i, o))
+
+    def _fail_all(self, error):
+        """Every pending call ends with `error` (an exception, or a function of the call that
+        makes one); their queued work is dropped."""
+        for call in list(self._calls):
+            call.events.put((None, error(call) if callable(error) else error))
+        self._calls.clear()
+        self._to_compile.clear()
+        self._ready.clear()
+
+    def _step(self):
+        ray = self.ray
+        self._drop_cancelled()
+        running = any(h.job is not None for h in self.hosts)
+        # compiles: a window of as many as the cluster has CPUs; on a CPU device none starts
+        # while a run times (it would steal the cores being timed)
+        if self.overlap or not running:
+            nodes = sorted({h.node for h in self.hosts})
+            while self._to_compile and len(self._compiling) < self.cpus:
+                task = self._to_compile.popleft()
+                node = nodes[self._spread % len(nodes)] if nodes else None
+                self._spread += 1
+                opts = {"num_cpus": 1}
+                if node is not None:
+                    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+                    opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
+                ref = self._remote_compile.options(**opts).remote(
+                    self.profile, task.job.source, self.options, self.binaries)
+                self._compiling[ref] = (task, time.monotonic())
+        # runs: a CPU device times nothing while compiles run or wait
+        if self.overlap or not (self._compiling or self._to_compile):
+            for h in [h for h in self.hosts if h.job is None]:
+                if not self._ready:
+                    break
+                pick = next((k for k, r in enumerate(self._ready) if r[2] == h.node), 0)
+                task, built, node = self._ready[pick]
+                del self._ready[pick]
+                h.job = (task, h.actor.run.remote(task.job, built), built, node)
+                h.ping = None
+        self._joined()
+        if self._calls and not self.hosts and not self._starting:
+            for ref in self._compiling:
+                ray.cancel(ref, force=True)
+            self._compiling.clear()
+            self._fail_all(lambda call: AotconvError(
+                f"every device of the farm was lost; {call.left} candidates of layer "
+                f"'{call.layer.name}' are not measured (what was measured is in the records)"))
+            return
+        running = {h.job[1]: h for h in self.hosts if h.job is not None}
+        refs = list(self._compiling) + list(running)
+        if not refs:
+            if self._starting and not self._inbox.qsize():
+                time.sleep(WAKE_S)          # waiting for a replacement worker
+            return
+        # short waits, so that a new call's compiles start at once
+        done, _ = ray.wait(refs, num_returns=1, timeout=WAKE_S)
+        for ref in done:
+            if ref in self._compiling:
+                task, _ = self._compiling.pop(ref)
+                try:
+                    (kind, value, secs), node = ray.get(ref)
+                except Exception as e:
+                    self._finish(task, Outcome(Status.BUILD_FAILED, message=(
+                        f"the compile task failed: {type(e).__name__}: {e}")[:MAX_LOG]))
+                    continue
+                if kind == "fail":
+                    self._finish(task, Outcome(Status.BUILD_FAILED, message=value,
+                                               build_s=secs))
+                else:
+                    self._ready.append((task, (kind, value, secs), node))
+            else:
+                h = running[ref]
+                task = h.job[0]
+                try:
+                    o = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
+                        ray.exceptions.ObjectLostError) as e:
+                    self._lost(h, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                    continue
+                except Exception as e:          # a bug of ours in the actor
+                    h.job = None
+                    self._finish(task, Outcome(Status.LAUNCH_FAILED, message=(
+                        f"measurement failed: {type(e).__name__}: {e}")[:MAX_LOG]))
+                    continue
+                h.job = None
+                self._finish(task, o)
+        self._deadlines()
+
+    def _drop_cancelled(self):
+        """The work of calls whose caller stopped waiting (interrupted) is not done."""
+        if not any(c.cancelled for c in self._calls):
+            return
+        for ref, (task, _) in list(self._compiling.items()):
+            if task.call.cancelled:
+                del self._compiling[ref]
+                self.ray.cancel(ref, force=True)
+        self._to_compile = deque(t for t in self._to_compile if not t.call.cancelled)
+        self._ready = deque(r for r in self._ready if not r[0].call.cancelled)
+        busy = {h.job[0].call for h in self.hosts if h.job is not None}
+        for call in [c for c in self._calls if c.cancelled and c not in busy]:
+            self._calls.discard(call)
+
+    def _lost(self, h, why):
+        """`h` died or hung: its candidate goes back to the queue, a new actor in its place."""
+        if h.job is not None:
+            task, _, built, node = h.job
+            task.attempts += 1
+            if task.attempts > self.retries:
+                self._finish(task, Outcome(Status.LAUNCH_FAILED, message=(
+                    f"{task.attempts} farm workers were lost measuring it; the last: "
+                    f"{why}")[:MAX_LOG]))
+            else:
+                self.requeued += 1
+                self._ready.appendleft((task, built, node))
+        try:
+            self.ray.kill(h.actor)
+        except Exception:
+            pass
+        self.hosts.remove(h)
+        self.say(f"aotconv: farm: lost the worker on {h.node[:8]} (pid {h.pid}): {why}; "
+                 f"{'its candidate goes to another' if h.job else 'no candidate lost'}")
+        self._replace(h)
+
+    def _deadlines(self):
         ray = self.ray
         now = time.monotonic()
-        for ref, (i, t0) in list(compiling.items()):
+        for ref, (task, t0) in list(self._compiling.items()):
             if now - t0 > self.build_timeout_s:
-                del compiling[ref]
+                del self._compiling[ref]
                 ray.cancel(ref, force=True)
-                finish(i, Outcome(Status.TIMED_OUT,
-                                  message=f"the compiler ran past {self.build_timeout_s:g} s"))
+                self._finish(task, Outcome(Status.TIMED_OUT, message=f"the compiler ran past "
+                                                                     f"{self.build_timeout_s:g} s"))
         for h in [h for h in self.hosts if h.job is not None]:
             if h.ping is None:
                 h.ping = (h.actor.ping.remote(), now)
@@ -432,15 +554,27 @@ class Farm(MeasurerBase):
                 if now - sent >= PING_S:
                     h.ping = None                    # the next heartbeat
             elif now - sent > self.hang_s:
-                lost(h, f"no answer to its heartbeat for {self.hang_s:g} s")
+                self._lost(h, f"no answer to its heartbeat for {self.hang_s:g} s")
 
     def pids(self, busy=None):
         """The actors' process ids (busy=True: those measuring now; False: idle)."""
-        return [h.pid for h in self.hosts
+        return [h.pid for h in list(self.hosts)
                 if busy is None or (h.job is not None) == busy]
 
     def close(self):
         ray = self.ray
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join(10.0)
+            self._thread = None
+        self._broken = self._broken or AotconvError("the tuning farm was closed")
+        self._fail_all(self._broken)
+        for ref in self._compiling:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:
+                pass
+        self._compiling = {}
         for a in [h.actor for h in self.hosts] + [x[0] for x in self._starting]:
             try:
                 ray.kill(a)

@@ -22,6 +22,13 @@ deadline and kills one that overstays it, so a hung kernel costs `timeout_s`.
 On a CPU device builds finish before timing starts (they would steal the cores being timed);
 on a GPU they overlap.
 
+Several searches may measure at once (tune.search lanes): `measure` is safe to call from
+several threads. Their compiles share the builder pool, their runs take the runner one at a
+time (a lock), and on a CPU device no run starts while a compile of any of them is in flight,
+nor a compile while a run is (`Phases`), so a timing never shares the cores with a compile.
+`Measurer.lanes` says how many searches it serves best: 2 on a GPU (one search's compiles
+overlap another's runs), 1 on a CPU device (see there).
+
 `MeasurerBase` is what the search measures with: this module's `Measurer` (the processes of
 this machine) and `tune.farm.Farm` (devices and CPUs of a Ray cluster) implement it. Both
 prepare candidates with `prepare_job` and run them with `run_job`, so an outcome means the
@@ -348,17 +355,25 @@ def load_program(tick, target, source, binary, options):
     return time.perf_counter() - t0
 
 
+DATA_KEPT = 4           # layers whose data a runner keeps: lanes interleave their candidates
+
+
 def _data(layer, seed):
     """Fresh random inputs and parameters for a layer and its float64 reference (computed
-    here, once per layer, not inside a candidate's measurement)."""
+    here, once per layer, not inside a candidate's measurement; the last DATA_KEPT layers'
+    are kept, since the searches of several lanes take turns on the runner)."""
     key = (layer.signature_str(), seed)
-    if _state.get("data_key") != key:
+    kept = _state.setdefault("data", {})
+    if key not in kept:
         rng = np.random.default_rng([seed, zlib.crc32(key[0].encode())])
         xs, params = random_inputs(layer, rng)
         ref = protocol.Reference(layer, xs, params)
         ref.expected()
-        _state["data_key"], _state["data"] = key, (xs, params, ref)
-    return _state["data"]
+        while len(kept) >= DATA_KEPT:
+            kept.pop(next(iter(kept)))
+        kept[key] = (xs, params, ref)
+    kept[key] = kept.pop(key)                  # the most recently used last
+    return kept[key]
 
 
 def _cl_error(e):
@@ -416,17 +431,64 @@ class MeasurerBase(Closeable):
     `candidates`, calling on_outcome(candidate, outcome) as each is known (in any order), so
     that records are written as results arrive; close() releases the processes or devices.
     `slots`: how many candidates it works on at the same time (its parallel compiles, or
-    its devices): under a deadline the search measures that many between checks."""
+    its devices): under a deadline the search measures that many between checks. `lanes`:
+    how many layer searches should call measure at once (from threads of their own) to keep
+    it busy; measure must be safe to call so."""
 
     target = None
     slots = 1
+    lanes = 1                  # layer searches it serves best at once (tune.search lanes)
 
     def measure(self, layer, candidates, variants=None, on_outcome=None):
         raise NotImplementedError
 
 
+class Phases:
+    """Compiles and runs of a CPU device kept apart: any number of compiles at once, or one
+    run, never both. A waiting run goes first (new compiles wait for it), so the runs of a
+    batch whose compiles are done are not held up by another search's compiles."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self.compiling = self.running = self.waiting = 0
+
+    @contextlib.contextmanager
+    def compile(self):
+        with self._cv:
+            self._cv.wait_for(lambda: not self.running and not self.waiting)
+            self.compiling += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self.compiling -= 1
+                self._cv.notify_all()
+
+    @contextlib.contextmanager
+    def run(self):
+        with self._cv:
+            self.waiting += 1
+            try:
+                self._cv.wait_for(lambda: not self.compiling and not self.running)
+            finally:
+                self.waiting -= 1
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self.running -= 1
+                self._cv.notify_all()
+
+
 class Measurer(MeasurerBase):
-    """Measures candidates of any layer on `target`'s device (present on this machine)."""
+    """Measures candidates of any layer on `target`'s device (present on this machine).
+
+    lanes: 2 on a GPU, where one search's compiles (NVIDIA's compiler: 0.3-1 s a kernel)
+    overlap another's runs instead of leaving the device idle. 1 on a CPU device: its
+    compiles and timings share the same cores, so they must not overlap (Phases), and then a
+    second search gains nothing (lenet5 on PoCL, docs/tuning.md "Tuning farm": about the same
+    wall time); `tune --lanes N` still gives more, under the same rule."""
 
     def __init__(self, target, jobs=None, timeout_s=20.0, build_timeout_s=300.0, seed=0,
                  min_total_ms=20.0, repeats=(5, 30), options=None, overlap=None,
@@ -444,28 +506,35 @@ class Measurer(MeasurerBase):
         self.builders = queue.Queue()
         self._nbuilders = self.jobs if self.jobs >= 2 else 0
         self.slots = max(1, self._nbuilders)     # candidates compiled at the same time
+        self.lanes = 2 if self.overlap else 1
         self._pool = None
+        self._lock = threading.Lock()             # the pool's start, build_seconds
+        self._runner_lock = threading.Lock()      # one run at a time on the device
+        self._phases = None if self.overlap else Phases()
         self.build_seconds = 0.0
 
     def _builder_pool(self):
-        if self._pool is None and self._nbuilders:
-            for _ in range(self._nbuilders):
-                self.builders.put(Worker())
-            self._pool = ThreadPoolExecutor(self._nbuilders)
-        return self._pool
+        with self._lock:
+            if self._pool is None and self._nbuilders:
+                for _ in range(self._nbuilders):
+                    self.builders.put(Worker())
+                self._pool = ThreadPoolExecutor(self._nbuilders)
+            return self._pool
 
     def _build(self, source):
         w = self.builders.get()
         try:
-            t0 = time.perf_counter()
-            try:
-                res = w.call(build_binary, (self.target, source, self.options, self.binaries),
-                             self.build_timeout_s)
-            except _TimedOut:
-                return "timeout", f"the compiler ran past {self.build_timeout_s:g} s", None
-            except (_Died, RuntimeError) as e:
-                return "fail", str(e), None
-            self.build_seconds += time.perf_counter() - t0
+            with self._phases.compile() if self._phases else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                try:
+                    res = w.call(build_binary, (self.target, source, self.options,
+                                                self.binaries), self.build_timeout_s)
+                except _TimedOut:
+                    return "timeout", f"the compiler ran past {self.build_timeout_s:g} s", None
+                except (_Died, RuntimeError) as e:
+                    return "fail", str(e), None
+            with self._lock:
+                self.build_seconds += time.perf_counter() - t0
             return res
         finally:
             self.builders.put(w)
@@ -514,6 +583,15 @@ class Measurer(MeasurerBase):
             if kind == "timeout":
                 return Outcome(Status.TIMED_OUT, message=value)
             job.binary = value              # None: the runner rebuilds from the warm cache
+        with self._runner_lock, \
+                self._phases.run() if self._phases else contextlib.nullcontext():
+            o = self._call_runner(job, build_s)
+        if build_s is not None:                  # the builder's compile, not the reload
+            o = replace(o, build_s=build_s)
+        return o
+
+    def _call_runner(self, job, build_s):
+        """run_candidate in the runner process (the caller holds the runner), an Outcome."""
         try:
             o = self.runner.call(run_candidate, (self.target, job), self.timeout_s)
         except _TimedOut:
@@ -528,8 +606,6 @@ class Measurer(MeasurerBase):
                            build_s=build_s)
         if o.status == Status.LAUNCH_FAILED:
             self.runner.kill()        # a failed launch may leave the context unusable
-        if build_s is not None:                  # the builder's compile, not the reload
-            o = replace(o, build_s=build_s)
         return o
 
     def close(self):

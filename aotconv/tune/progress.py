@@ -7,10 +7,15 @@
     quiet  --quiet: nothing but warnings
 
 Warnings (untuned layers...) always go to stderr, whatever the mode.
+
+Several layers may be searched at once (tune.search lanes), each on a thread of its own: a
+layer's events come from its thread (layer_start, its trials, layer_done), so a trial belongs
+to the layer its thread started; a bar shows the layer of the latest trial.
 """
 import json
 import shutil
 import sys
+import threading
 
 from ..ops import flops
 
@@ -23,7 +28,16 @@ class Progress:
     def __init__(self, mode="quiet", stream=None):
         self.mode = mode
         self.stream = stream or sys.stderr
-        self._layer = None
+        self._here = threading.local()        # the layer this thread searches
+        self._write = threading.RLock()
+
+    @property
+    def _layer(self):
+        return getattr(self._here, "layer", None)
+
+    @_layer.setter
+    def _layer(self, state):
+        self._here.layer = state
 
     @classmethod
     def make(cls, quiet=False, json_progress=False, stream=None):
@@ -78,20 +92,22 @@ class Progress:
         if s is not None and best is not None:
             s["best"], s["best_variant"] = best, result.best.variant
         line = self._line(final=True, result=result)
-        if self.mode == "bar":
-            self.stream.write("\r" + line.ljust(self._width())[:self._width()] + "\n")
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        with self._write:
+            if self.mode == "bar":
+                self.stream.write("\r" + line.ljust(self._width())[:self._width()] + "\n")
+            else:
+                self.stream.write(line + "\n")
+            self.stream.flush()
 
     def warn(self, text):
         if self.mode == "json":
             self._emit(event="warning", message=text)
             return
-        if self.mode == "bar":
-            self.stream.write("\n")
-        sys.stderr.write(f"aotconv: WARNING: {text}\n")
-        sys.stderr.flush()
+        with self._write:
+            if self.mode == "bar":
+                self.stream.write("\n")
+            sys.stderr.write(f"aotconv: WARNING: {text}\n")
+            sys.stderr.flush()
 
     # -- drawing -------------------------------------------------------------------------------
     def _width(self):
@@ -113,9 +129,11 @@ class Progress:
 
     def _draw(self):
         w = self._width()
-        self.stream.write("\r" + self._line()[:w].ljust(w))
-        self.stream.flush()
+        with self._write:
+            self.stream.write("\r" + self._line()[:w].ljust(w))
+            self.stream.flush()
 
     def _emit(self, **event):
-        self.stream.write(json.dumps(event, default=str) + "\n")
-        self.stream.flush()
+        with self._write:
+            self.stream.write(json.dumps(event, default=str) + "\n")
+            self.stream.flush()

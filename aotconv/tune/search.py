@@ -19,10 +19,24 @@ fallback per layer and the library) cannot fit, the build says so before it star
 Before its strategy runs, a layer measures its fallbacks and the best points of similar layers
 in the records (strategies.seeding: nearest op signatures of the same op on the same device),
 and the `model` strategy starts from a cost model trained on those records.
+
+Lanes: up to `lanes` layer searches run at once, each in a thread of its own (`run_lanes`), so
+that one layer's compiles overlap another's measurements and every device of a farm has work.
+A layer's grant is computed when it starts, from what is left (`Grants`): trials granted to
+running layers are reserved and what they leave unused returns when they finish, so the total
+stays within the budget; a time budget's remaining search time is shared as with one lane,
+times the lanes (what the running layers still hold deducted), and never past the clock. The
+record store, the seeding library, the clock and the progress events are touched under one
+lock (`Lanes.lock`); results are those of one lane, in network order, except that a layer's
+seeds come from the records of the layers measured before it starts.
 """
+import contextlib
 from dataclasses import dataclass
 import math
+import os
+import queue
 import re
+import threading
 import time
 import zlib
 
@@ -42,6 +56,7 @@ FUSABLE_OPS = ("maxpool", "avgpool", "add")     # what the fusion searches may f
 # wall seconds a new candidate costs before this run has measured one (compile dominated:
 # PoCL 1-3 s a kernel on 2 cores, NVIDIA's compiler 0.2-0.5 s)
 PACE_DEFAULT = {"cpu": 1.5, "gpu": 0.5}
+LANES_ENV = "AOTCONV_LANES"     # how many layers are searched at once (default: the measurer's)
 # the final library: ninja, the OpenCL runtime's start and the timing runs, plus one program
 # build per kernel (at this run's mean build time, or this default)
 FINAL_BASE_S = 1.5
@@ -81,6 +96,18 @@ def parse_budget(text):
     return Budget("seconds", n * {"s": 1, "m": 60, "h": 3600}[m.group(2)])
 
 
+class SharedPace(Pace):
+    """A Pace that the searches of several lanes add to at once."""
+
+    def __init__(self, default=1.0):
+        super().__init__(default)
+        self._lock = threading.Lock()
+
+    def add(self, count, seconds):
+        with self._lock:
+            super().add(count, seconds)
+
+
 class Clock:
     """A time budget for a whole build, started once and drawn on by every search of it.
 
@@ -98,7 +125,7 @@ class Clock:
         self.start = time.monotonic() if start is None else start
         self.end = self.start + self.budget.amount
         self.kind = kind
-        self.pace = Pace(PACE_DEFAULT.get(kind, 1.0))
+        self.pace = SharedPace(PACE_DEFAULT.get(kind, 1.0))
         self.builds = []                 # compile seconds of this run's measured candidates
         self.kernels = None              # kernels of the final library (the first search's layers)
         self.searches = 0
@@ -251,35 +278,45 @@ def known_outcomes(space, store, target, device):
 
 
 def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=DEFAULT_TRIALS,
-               deadline=None, seed=0, progress=None, layers=None, clock=None, library=None):
+               deadline=None, seed=0, progress=None, layers=None, clock=None, library=None,
+               lane=None):
     """Search `space` (a LayerSpace) on the device; records every outcome as it comes.
 
     clock: the build's Clock (its pace cuts batches to the deadline; build times feed its
-    reserve); library: a seeding.Library of this device's records, for seeds and a prior."""
+    reserve); library: a seeding.Library of this device's records, for seeds and a prior;
+    lane: the `Lanes` this search runs in beside others (their lock guards the store, the
+    library, the clock and the progress; their stop ends it at its next batch)."""
     layer = space.layer
     layers = layers or [layer]
+    guard = lane.lock if lane is not None else contextlib.nullcontext()
     variants = {p.variant.name: p.variant for p in space.parts}
     keys = {p.variant.name: Key(layer, p.variant, target, device) for p in space.parts}
     fb = fallback_candidate(layer, target, space)
     grid = space.grid()
-    known = known_outcomes(space, store, target, device)
+    with guard:
+        known = known_outcomes(space, store, target, device)
     outcomes = dict(known)
     t0 = time.monotonic()
     state = {"new": 0}
 
     def on_outcome(cand, o):
-        outcomes[cand] = o
-        state["new"] += 1
-        extra = {"fallback": True} if cand == fb else {}
-        store.append(keys[cand.variant], cand.cfg, o, layer=layer.name, **extra)
-        if clock is not None and o.build_s:
-            clock.builds.append(o.build_s)
-        if library is not None and o.ok:
-            library.add(keys[cand.variant].op, cand.variant, cand.cfg, o.time_ms)
-        if progress is not None:
-            progress.trial(cand, o, outcomes)
+        with guard:
+            if lane is not None and lane.interrupted:
+                return              # the run is going away: a worker killed now is no result
+            outcomes[cand] = o
+            state["new"] += 1
+            extra = {"fallback": True} if cand == fb else {}
+            store.append(keys[cand.variant], cand.cfg, o, layer=layer.name, **extra)
+            if clock is not None and o.build_s:
+                clock.builds.append(o.build_s)
+            if library is not None and o.ok:
+                library.add(keys[cand.variant].op, cand.variant, cand.cfg, o.time_ms)
+            if progress is not None:
+                progress.trial(cand, o, outcomes)
 
     def measure(indices):
+        if lane is not None and lane.stop.is_set():
+            raise Stopped()
         cands = [grid.points[i] for i in indices]
         return [o.cost for o in measurer.measure(layer, cands, variants, on_outcome)]
 
@@ -292,8 +329,10 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     seed_idx = [grid.index[c] for c in seeds]
     hints = None
     if library is not None and len(grid):
-        hints = library.hints(layer.signature_str(), grid, exclude=seed_idx,
-                              max_seeds=min(seeding_max(trials), max(0, trials - len(seeds))))
+        with guard:
+            hints = library.hints(layer.signature_str(), grid, exclude=seed_idx,
+                                  max_seeds=min(seeding_max(trials),
+                                                max(0, trials - len(seeds))))
         seed_idx += hints.seeds
     # under a deadline only the first fallback is owed; without one, every variant's
     ev = Evaluator(len(grid), measure, trials=max(1, trials), deadline=deadline,
@@ -333,16 +372,149 @@ def unique_layers(layers):
     return list(groups.values())
 
 
+class Grants:
+    """What each layer of a network search may spend, decided when the layer starts from what
+    is left then (layers start in network order; with lanes, while others still run).
+
+    trials: the pool is shared among the layers not started yet by `share`; trials granted to
+    running layers are reserved, and what a layer leaves unused returns to the pool when it
+    finishes, so the total never exceeds the budget (each layer still gets at least its
+    fallback). seconds: the clock's search time left, times the lanes, less what the running
+    layers' deadlines still hold, is shared the same way, and no deadline passes the clock's
+    (with one lane: the clock's time left, shared as before). default: up to DEFAULT_TRIALS
+    per layer."""
+
+    def __init__(self, budget, weights, sizes, clock=None, lanes=1):
+        self.budget, self.weights, self.sizes = budget, list(weights), list(sizes)
+        self.clock, self.lanes = clock, max(1, int(lanes))
+        self.pool = budget.amount if budget.kind == "trials" else 0
+        self.reserved = {}             # layer -> trials granted while it runs
+        self.deadlines = {}            # layer -> its deadline while it runs
+
+    def start(self, i):
+        """(trials, deadline or None) of layer `i`, starting now."""
+        rest = range(i, len(self.weights))
+        w = [self.weights[j] for j in rest]
+        deadline = None
+        if self.budget.kind == "trials":
+            free = int(self.pool - sum(self.reserved.values()))
+            grant = share(max(0, free), w, [max(1, self.sizes[j]) for j in rest])[0]
+            self.reserved[i] = grant
+        elif self.budget.kind == "seconds":
+            # recomputed from the clock at every layer: an earlier layer's overrun is paid here
+            now = time.monotonic()
+            left = max(0.0, self.clock.search_left())
+            held = sum(max(0.0, d - now) for d in self.deadlines.values())
+            grant_s = share(max(0.0, self.lanes * left - held), w, [math.inf for _ in rest],
+                            floor=0.0)[0]
+            grant, deadline = max(1, self.sizes[i]), now + min(left, grant_s)
+            self.deadlines[i] = deadline
+        else:
+            grant = min(max(1, self.sizes[i]), DEFAULT_TRIALS)
+        return grant, deadline
+
+    def done(self, i, used):
+        """Layer `i` finished having visited `used` points: the rest of its grant returns."""
+        if self.budget.kind == "trials":
+            self.pool -= min(self.reserved.pop(i), used)
+        self.deadlines.pop(i, None)
+
+    @property
+    def spent(self):
+        return self.budget.amount - self.pool if self.budget.kind == "trials" else None
+
+
+class Stopped(Exception):
+    """A lane's search ended because another lane failed or the run was interrupted."""
+
+
+class Lanes:
+    """What the searches running at once share: one lock for the store, the library, the clock
+    and the progress, and the signals to stop (an error in another lane: no new batch starts)
+    and that the run was interrupted (outcomes arriving after that are not recorded: a worker
+    killed while the caller closes it is no measurement)."""
+
+    def __init__(self, width):
+        self.width = width
+        self.lock = threading.RLock()
+        self.stop = threading.Event()
+        self.interrupted = False
+
+
+def lanes_for(measurer, lanes=None, layers=None):
+    """How many layers are searched at once: `lanes`, else $AOTCONV_LANES, else the
+    measurer's own choice (MeasurerBase.lanes); at least 1, at most `layers`."""
+    given = f"--lanes {lanes}"
+    if lanes is None and os.environ.get(LANES_ENV):
+        lanes = os.environ[LANES_ENV]
+        given = f"{LANES_ENV}={lanes!r}"
+    if lanes is None:
+        lanes = getattr(measurer, "lanes", 1) or 1
+    text = str(lanes).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise AotconvError(f"{given}: give a positive number of layers to search at once")
+    n = int(text)
+    return min(n, max(1, layers)) if layers is not None else n
+
+
+def run_lanes(n, width, begin, work, end, lanes=None):
+    """For i = 0..n-1 in order: args = begin(i) and, when it finishes, end(i, work(i, args)).
+    begin and end run on this thread; work on up to `width` lane threads at once (width 1:
+    on this thread). An exception in a lane stops the others at their next batch, waits for
+    them and is raised here; an interrupt (or any exception) on this thread marks the lanes
+    interrupted and is raised at once (the lane threads are daemons: they die with the
+    process)."""
+    if width <= 1:
+        for i in range(n):
+            end(i, work(i, begin(i)))
+        return
+    lanes = lanes or Lanes(width)
+    done = queue.Queue()
+
+    def lane(i, args):
+        try:
+            done.put((i, True, work(i, args)))
+        except BaseException as e:          # KeyboardInterrupt from a callback too
+            done.put((i, False, e))
+
+    active, nxt, error = {}, 0, None
+    try:
+        while nxt < n or active:
+            while nxt < n and len(active) < width and error is None:
+                t = threading.Thread(target=lane, args=(nxt, begin(nxt)), daemon=True,
+                                     name=f"aotconv-lane-{nxt}")
+                active[nxt] = t
+                t.start()
+                nxt += 1
+            if not active:
+                break
+            i, ok, value = done.get()
+            active.pop(i).join()
+            if ok:
+                end(i, value)
+            elif error is None or isinstance(error, Stopped):
+                error = value
+                lanes.stop.set()
+    except BaseException:
+        lanes.interrupted = True
+        lanes.stop.set()
+        raise
+    if error is not None:
+        raise error
+
+
 def tune_network(groups, target, measurer, store, device, *, budget=None, strategy=DEFAULT,
-                 seed=0, progress=None, share_by="cost", where=None, seeding=True):
-    """{signature: LayerResult} for each group of identical layers, sharing `budget` by
-    roofline cost times occurrences (share_by="cost") or equally (share_by="equal");
-    `where` ({variant: {knob: values}}, space.parse_where) narrows the search. A time budget
-    may be the build's Clock (shared with the build's other searches); given as text or a
-    Budget, it starts now. seeding=False: no seeds or prior from similar layers' records."""
+                 seed=0, progress=None, share_by="cost", where=None, seeding=True, lanes=None):
+    """{signature: LayerResult} for each group of identical layers (in network order),
+    sharing `budget` by roofline cost times occurrences (share_by="cost") or equally
+    (share_by="equal"); `where` ({variant: {knob: values}}, space.parse_where) narrows the
+    search. A time budget may be the build's Clock (shared with the build's other searches);
+    given as text or a Budget, it starts now. seeding=False: no seeds or prior from similar
+    layers' records. lanes: how many layers are searched at once (lanes_for)."""
     if share_by not in ("cost", "equal"):
         raise AotconvError(f"unknown budget sharing '{share_by}': use cost or equal")
     parse_strategy(strategy)
+    width = lanes_for(measurer, lanes, len(groups))
     clock = budget if isinstance(budget, Clock) else Clock.make(budget, target)
     budget = parse_budget(budget)
     spaces = layer_spaces([g[0] for g in groups], target)
@@ -359,30 +531,36 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
     if clock is not None:
         clock.begin(len(groups), sum(g[0].op in FUSABLE_OPS for g in groups), progress)
     extra = {k: v for k, v in (("clock", clock), ("library", library)) if v is not None}
+    shared = None
+    if width > 1:
+        shared = extra["lane"] = Lanes(width)
+    guard = shared.lock if shared is not None else contextlib.nullcontext()
+    grants = Grants(budget, weights, sizes, clock, width)
     results = {}
-    pool = budget.amount
-    for i, (g, sp) in enumerate(zip(groups, spaces)):
-        rest = range(i, len(groups))
-        deadline = None
-        if budget.kind == "trials":
-            grant = share(int(pool), [weights[j] for j in rest], [max(1, sizes[j]) for j in rest])[0]
-        elif budget.kind == "seconds":
-            # recomputed from the clock at every layer: an earlier layer's overrun is paid here
-            grant_s = share(max(0.0, clock.search_left()), [weights[j] for j in rest],
-                            [math.inf for _ in rest], floor=0.0)[0]
-            grant, deadline = max(1, sizes[i]), time.monotonic() + grant_s
-        else:
-            grant = min(max(1, sizes[i]), DEFAULT_TRIALS)
+
+    def begin(i):
+        with guard:
+            return grants.start(i)
+
+    def work(i, grant_deadline):
+        grant, deadline = grant_deadline
         if progress is not None:
-            progress.layer_start(i, len(groups), g, sp, grant, deadline)
-        r = tune_layer(sp, target, measurer, store, device, strategy, grant, deadline, seed,
-                       progress, layers=g, **extra)
-        if budget.kind == "trials":
-            pool -= min(grant, len(r.trace))
-        results[g[0].signature_str()] = r
+            with guard:
+                progress.layer_start(i, len(groups), groups[i], spaces[i], grant, deadline)
+        r = tune_layer(spaces[i], target, measurer, store, device, strategy, grant, deadline,
+                       seed, progress, layers=groups[i], **extra)
         if progress is not None:
-            progress.layer_done(r)
-    return results
+            with guard:
+                progress.layer_done(r)
+        return r
+
+    def end(i, r):
+        with guard:
+            grants.done(i, len(r.trace))
+        results[groups[i][0].signature_str()] = r
+
+    run_lanes(len(groups), width, begin, work, end, shared)
+    return {g[0].signature_str(): results[g[0].signature_str()] for g in groups}
 
 
 def records_only(groups, target, store, device=None):
