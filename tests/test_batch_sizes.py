@@ -116,21 +116,8 @@ def test_between_picks_an_n_that_is_no_size():
     assert between([2]) == (1, 2)
 
 
-FOLDS = """\
-name: folds
-input: [2, 3, 9, 9]
-outputs: [prob, cat]
-layers:
-  - {name: c1, op: conv, out: 4, kernel: 3, pad: 1}
-  - {name: b1, op: batchnorm, act: relu}
-  - {name: p1, op: maxpool, kernel: 2, ceil_mode: true}
-  - {name: c2, op: conv, out: 4, kernel: 1, bias: false, inputs: [p1]}
-  - {name: c3, op: conv, out: 2, kernel: 3, pad: same, groups: 2, inputs: [p1]}
-  - {name: cat, op: concat, inputs: [c2, c3]}
-  - {name: fc, op: dense, out: 5}
-  - {name: bfc, op: batchnorm, act: tanh}
-  - {name: prob, op: softmax}
-"""
+# branches, a concat, two outputs, batchnorms folded into a conv and a dense and one not
+FOLDS = Path(__file__).resolve().parent / "sanitize" / "net.yaml"
 
 
 def _schedule(batch, suffix=""):
@@ -139,7 +126,7 @@ def _schedule(batch, suffix=""):
     from aotconv.passes import optimise
     from aotconv.schedule import build_schedule
     from aotconv.targets import get_target
-    net0 = spec.network_from_dict(__import__("yaml").safe_load(FOLDS), batch=batch)
+    net0 = spec.load_network(str(FOLDS), batch=batch)
     net = optimise(net0)
     tgt = get_target("h100")
     return build_schedule(net, {l.name: fallback_choice(l, tgt) for l in net.layers
