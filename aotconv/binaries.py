@@ -14,11 +14,23 @@ LLVM; NVIDIA: the front end before ptxas), and each program costs its own driver
   uses a binary only on a device of that name and driver version, falls back to the embedded
   source when the driver rejects it, and says which it did (aotconv_<net>_program_source).
 
+On NVIDIA, CL_PROGRAM_BINARIES is PTX, which the driver still compiles at create() (seconds for a
+network on a cold compute cache). NVIDIA's OpenCL also takes the device's own machine code (a cubin
+from ptxas) as a program binary, and builds that in milliseconds: where ptxas is found (PATH,
+$CUDA_HOME/bin, /usr/local/cuda/bin), the PTX is assembled for the device's compute capability, the
+cubin is built on the device here, and it is embedded instead of the PTX; where ptxas is missing or
+fails, or the driver rejects the cubin, the PTX is embedded as before.
+
 A build for an absent target embeds source only and says so; `aotconv build --no-binaries`
 embeds none. The runtime side is runtime_c/rt_program.c.
 """
 from dataclasses import dataclass
+import os
 import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 from .harness import BUILD_OPTIONS
 
@@ -141,10 +153,11 @@ def _on_device(programs, sources, sections, ctx, binaries, log):
         except cl.Error as e:
             return None, str(e).strip().splitlines()[0] if str(e).strip() else "failed"
 
+    native = Native(device, cctx) if binaries else None
     joined, why = (build(joined_source(sources, sections)) if len(sources) > 1
                    else (None, "a single program"))
     if joined is not None:
-        blobs = (_binary(joined),) if binaries else ()
+        blobs = (native.binary(joined),) if binaries else ()
         how = "one program for the network"
     else:
         if len(sources) > 1:
@@ -157,7 +170,7 @@ def _on_device(programs, sources, sections, ctx, binaries, log):
                 if prog is None:
                     log(f"aotconv: warning: layer '{p.layer}': its program does not build on "
                         f"{dev_name} ({err}); its source alone is embedded")
-                blobs.append(_binary(prog) if prog is not None else None)
+                blobs.append(native.binary(prog) if prog is not None else None)
         blobs = tuple(blobs)
         how = f"{len(sources)} program{'s' if len(sources) != 1 else ''}, one per layer"
     if not binaries:
@@ -167,8 +180,8 @@ def _on_device(programs, sources, sections, ctx, binaries, log):
     else:
         size = sum(len(b) for b in blobs if b)
         note = (f"{how}, with {'its' if joined is not None else 'their'} device binar"
-                f"{'y' if joined is not None else 'ies'} ({size / 1024:.0f} KiB) for {dev_name} "
-                f"(driver {driver}) beside the source")
+                f"{'y' if joined is not None else 'ies'} ({native.what()}, {size / 1024:.0f} KiB) "
+                f"for {dev_name} (driver {driver}) beside the source")
     return ProgramPlan(joined is not None, sections, blobs, dev_name, driver, note)
 
 
@@ -176,3 +189,99 @@ def _binary(program):
     import pyopencl as cl
     data = program.get_info(cl.program_info.BINARIES)[0]
     return bytes(data) if data else None
+
+
+# -- NVIDIA: machine code instead of PTX ---------------------------------------------------------
+
+CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV = 0x4000
+CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV = 0x4001
+PTXAS_TIMEOUT_S = 300
+
+
+def find_ptxas(env=None):
+    """Path of ptxas: on PATH, else under $CUDA_HOME/bin or /usr/local/cuda/bin; None if none."""
+    env = os.environ if env is None else env
+    found = shutil.which("ptxas", path=env.get("PATH"))
+    if found:
+        return found
+    for root in (env.get("CUDA_HOME"), env.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.access(Path(root, "bin", "ptxas"), os.X_OK):
+            return str(Path(root, "bin", "ptxas"))
+    return None
+
+
+def assemble(ptx, arch, ptxas):
+    """(cubin bytes, None) or (None, why): `ptx` (the driver's PTX) assembled by `ptxas` for
+    `arch` (sm_XY)."""
+    if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
+        return None, f"not a compute capability: {arch!r}"
+    with tempfile.TemporaryDirectory(prefix="aotconv-ptxas-") as tmp:
+        src, out = Path(tmp, "program.ptx"), Path(tmp, "program.cubin")
+        src.write_bytes(ptx.rstrip(b"\0"))
+        try:
+            r = subprocess.run([ptxas, f"-arch={arch}", str(src), "-o", str(out)],
+                               capture_output=True, text=True, timeout=PTXAS_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, f"ptxas did not run: {type(e).__name__}: {e}"
+        if r.returncode != 0 or not out.is_file():
+            last = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
+            return None, f"ptxas failed: {last[:200]}"
+        return out.read_bytes(), None
+
+
+class Native:
+    """The binary to embed for a built program: on an NVIDIA device with ptxas at hand, its
+    PTX assembled into a cubin and checked on the device (built, every kernel created); else
+    the driver's own CL_PROGRAM_BINARIES. Counts what it embedded for the build's note."""
+
+    def __init__(self, device, cctx):
+        self.device, self.cctx = device, cctx
+        self.arch = self.ptxas = None
+        self.counts = {"cubin": 0, "driver": 0}
+        self.why = None
+        if "NVIDIA" not in (device.vendor or "").upper():
+            return
+        try:
+            major = device.get_info(CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV)
+            minor = device.get_info(CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV)
+        except Exception as e:      # an NVIDIA driver without the attribute query
+            self.why = f"no compute capability ({type(e).__name__})"
+            return
+        self.arch = f"sm_{major}{minor}"
+        self.ptxas = find_ptxas()
+        if self.ptxas is None:
+            self.why = "no ptxas (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
+
+    def binary(self, program):
+        data = _binary(program)
+        if data and self.arch and self.ptxas and self.why is None:
+            cubin, why = assemble(data, self.arch, self.ptxas)
+            if cubin is not None:
+                why = self._verify(cubin, program)
+            if why is None:
+                self.counts["cubin"] += 1
+                return cubin
+            self.why = why            # the first failure stands for the rest: PTX from here
+        if data:
+            self.counts["driver"] += 1
+        return data
+
+    def _verify(self, cubin, program):
+        import pyopencl as cl
+        try:
+            prog = cl.Program(self.cctx, [self.device], [cubin]).build(options=list(BUILD_OPTIONS))
+            for name in program.get_info(cl.program_info.KERNEL_NAMES).split(";"):
+                if name:
+                    cl.Kernel(prog, name)
+        except Exception as e:
+            return f"the driver rejected the cubin: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        return None
+
+    def what(self):
+        """What the binaries are, for the build's note."""
+        if self.counts["cubin"] and not self.counts["driver"]:
+            return f"{self.arch} machine code from ptxas"
+        kind = "PTX" if self.arch else "the driver's binary"
+        if self.counts["cubin"]:
+            return f"{self.arch} machine code for {self.counts['cubin']}, {kind} for the rest ({self.why})"
+        return kind + (f", not machine code: {self.why}" if self.arch and self.why else "")

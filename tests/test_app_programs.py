@@ -98,7 +98,7 @@ def test_create_uses_the_embedded_binary_and_agrees_with_the_source(lenet5):
 
 def test_build_log_and_report_say_what_the_library_embeds(lenet5):
     assert re.search(r"aotconv: programs: one program for the network, with its device binary "
-                     r"\(\d+ KiB\) for .+ \(driver .+\) beside the source", lenet5.log)
+                     r"\(the driver.s binary, \d+ KiB\) for .+ \(driver .+\) beside the source", lenet5.log)
     report = (lenet5.dir / "report.md").read_text()
     assert "## Programs" in report and "with its device binary" in report
 
