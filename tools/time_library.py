@@ -1,4 +1,4 @@
-"""Time an emitted library: run() from numpy memory, run() from its pinned buffers, and the sum
+"""Time an emitted library: loading it (create() and its parameters), the first run(), then run() from numpy memory, run() from its pinned buffers, and the sum
 of its kernels, each the median of --runs calls after --warmup; one line (and --json).
 
     python tools/time_library.py build/resnet50 --label "devices=2" [--runs 50] [--json out.json]
@@ -34,7 +34,13 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--json", help="also write the figures here")
     a = p.parse_args(argv)
+    t0 = time.perf_counter()
     with load(a.dir) as net:
+        load_ms = (time.perf_counter() - t0) * 1e3          # dlopen, create(), load_params
+        t0 = time.perf_counter()
+        x0 = np.zeros(net.input_shape, np.float32)
+        net(x0)
+        first_ms = (time.perf_counter() - t0) * 1e3
         x = np.random.default_rng(0).standard_normal(net.input_shape).astype(np.float32)
         run_ms = median_ms(lambda: net(x), a.runs, a.warmup)
         xin, _ = net.host_buffers()
@@ -44,11 +50,13 @@ def main(argv=None):
         for _ in range(a.runs):
             net.run_host()
             kernels.append(sum(ms for _, ms in net.profile()))
-        out = {"label": a.label, "dir": str(a.dir), "run_ms": round(run_ms, 4),
+        out = {"label": a.label, "dir": str(a.dir), "load_ms": round(load_ms, 1),
+               "first_run_ms": round(first_ms, 2), "run_ms": round(run_ms, 4),
                "pinned_run_ms": round(pinned_ms, 4),
                "kernels_ms": round(float(np.median(kernels)), 4),
                "launches": len(net.kernel_names)}
-    print(f"{a.label} run() {out['run_ms']:.3f} ms, from pinned {out['pinned_run_ms']:.3f} ms, "
+    print(f"{a.label} load {out['load_ms']:.1f} ms, first run() {out['first_run_ms']:.2f} ms, "
+          f"run() {out['run_ms']:.3f} ms, from pinned {out['pinned_run_ms']:.3f} ms, "
           f"kernels {out['kernels_ms']:.3f} ms in {out['launches']} launches ({a.dir})")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
