@@ -67,7 +67,8 @@ SCHEMA = {
 # upsample: how output coordinates map to input coordinates (ONNX Resize's
 # coordinate_transformation_mode) and how nearest rounds (ONNX's nearest_mode)
 UPSAMPLE_MODES = ("nearest", "linear")
-UPSAMPLE_COORDINATES = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners")
+UPSAMPLE_COORDINATES = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners",
+                        "half_pixel_symmetric")
 UPSAMPLE_ROUNDING = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 SOFTMAX_OPS = ("softmax", "log_softmax")
 # how many inputs each op takes (None: two or more)
@@ -447,6 +448,11 @@ def upsample_coordinate(a, axis, in_len, out_len):
         slope, offset = 1 / s, 1 / (2 * s) - Fraction(1, 2)   # (x + 1/2) / s - 1/2
     elif kind == "align_corners" and out_len > 1:
         slope, offset = Fraction(in_len - 1, out_len - 1), Fraction(0)
+    elif kind == "half_pixel_symmetric":
+        # half_pixel shifted so that the centre of the output maps to the centre of the
+        # input: in/2 (1 - out / (in s)) + (x + 1/2) / s - 1/2
+        slope = 1 / s
+        offset = Fraction(in_len, 2) - Fraction(out_len, 2) / s + 1 / (2 * s) - Fraction(1, 2)
     else:                                             # one output: the first input pixel
         slope, offset = Fraction(0), Fraction(0)
     d = math.lcm(slope.denominator, offset.denominator)

@@ -131,7 +131,7 @@ def test_import_does_not_overwrite_without_force(tmp_path, capsys):
 
 def test_cli_unsupported_nodes_one_error_no_traceback(tmp_path, capsys):
     m = model([node("Transpose", ["x"], ["t"], name="/t", perm=[0, 1, 3, 2]),
-               node("Softmax", ["t"], name="/s", axis=3)], [1, 2, 3, 3])
+               node("Softmax", ["t"], name="/s", axis=0)], [1, 2, 3, 3])
     path = save(m, tmp_path / "bad.onnx")
     assert main(["build", path, "--target", "pocl-cpu", "--no-tune", "-o",
                  str(tmp_path / "b")]) == 2

@@ -224,23 +224,31 @@ def test_softmax_over_channels(tmp_path, shape, axis):
         [{"op": "softmax"}]
 
 
-def test_softmax_over_another_axis_is_rejected(tmp_path):
-    m = model([node("Softmax", ["x"], name="s")], [2, 7, 3, 3])     # default axis -1
+@pytest.mark.parametrize("shape, axis, want", [([2, 7, 3, 3], -1, 3), ([2, 7, 3, 3], 2, 2),
+                                              ([2, 5, 3], -1, 2)])
+def test_softmax_over_another_axis(tmp_path, shape, axis, want):
+    m = model([node("Softmax", ["x"], axis=axis)], shape)
+    im = imp(tmp_path, m)
+    assert layers(im) == [{"op": "softmax", "axis": want}]
+
+
+def test_softmax_over_the_batch_is_rejected(tmp_path):
+    m = model([node("Softmax", ["x"], name="s", axis=0)], [2, 7, 3, 3])
     p = rejected(tmp_path, m).problems[0]
     assert (p.node, p.op, p.attr) == ("s", "Softmax", "axis")
-    assert "channel axis" in p.message
+    assert "normalises across the batch" in p.message
 
 
 def test_softmax_of_opset_11_is_converted_and_flattens(tmp_path):
-    # opset < 13 softmax works on the tensor flattened from `axis`: over C*H*W, which is
-    # channels only when H = W = 1; the version converter writes that out
+    # opset < 13 softmax works on the tensor flattened from `axis`: the version converter
+    # writes Flatten -> Softmax -> Reshape, which is one softmax over axes axis..3 together
     m = model([node("Softmax", ["x"], axis=1)], [2, 7, 1, 1], opset=11)
     im = imp(tmp_path, m)
     assert im.source_opset == 11 and im.opset == 13
     assert [l["op"] for l in layers(im)] == ["softmax"]
-    with pytest.raises(UnsupportedError):
-        import_model(save(model([node("Softmax", ["x"], axis=1)], [2, 7, 2, 1], opset=11),
-                          tmp_path / "m2.onnx"))
+    m = model([node("Softmax", ["x"], axis=1)], [2, 7, 2, 1], opset=11)
+    im = imp(tmp_path, m)
+    assert layers(im) == [{"op": "softmax", "axis": [1, 2, 3]}]
 
 
 def test_lrn(tmp_path):
@@ -491,7 +499,7 @@ def test_reflect_pad_is_rejected(tmp_path):
 def test_every_unsupported_node_is_reported_in_one_error(tmp_path):
     m = model([node("Conv", ["x", "w"], ["a"], name="/features/conv", pads=[0, 0, 1, 1]),
                node("Transpose", ["a"], ["b"], name="/t", perm=[0, 1, 3, 2]),
-               node("Softmax", ["b"], ["c"], name="/sm", axis=2),
+               node("Softmax", ["b"], ["c"], name="/sm", axis=0),
                node("Relu", ["c"], name="/ok")], [1, 2, 6, 6], inits={"w": rand(3, 2, 3, 3)})
     e = rejected(tmp_path, m)
     text = str(e)

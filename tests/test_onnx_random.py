@@ -1,6 +1,8 @@
 """Never a wrong answer: random single-op ONNX models over the attribute space of every op the
 importer maps (pads, auto_pad, strides, dilations, groups, ceil_mode, count_include_pad, axes,
-Gemm's transB/alpha/beta/C shapes, BN + Mul/Add shapes, Pad values ...). Each one onnxruntime
+Gemm's transB/alpha/beta/C shapes, BN + Mul/Add shapes, Pad values, Resize's modes, coordinate
+transformations, rounding, scales and sizes, ConvTranspose's pads, output_padding and
+output_shape, Softmax and LogSoftmax before and after opset 13 ...). Each one onnxruntime
 runs is either rejected by the importer or, imported, computes what onnxruntime computes
 (aotconv's float64 reference with the imported weights). Device-free, fixed seed."""
 import random
@@ -18,7 +20,8 @@ from aotconv.reference import run_network  # noqa: E402
 from onnx_helpers import model, node, save  # noqa: E402
 
 OPS = ("Conv", "PadConv", "MaxPool", "AveragePool", "PadPool", "LRN", "Softmax", "ReduceMean",
-       "Flatten", "Gemm", "BN", "Concat", "Squeeze")
+       "Flatten", "Gemm", "BN", "Concat", "Squeeze", "Resize", "ConvTranspose", "LogSoftmax",
+       "Softmax11")
 
 
 def random_model(R, op):
@@ -90,8 +93,49 @@ def random_model(R, op):
     elif op == "LRN":
         nodes.append(node("LRN", ["x"], size=r(1, 6), alpha=R.random(), beta=R.random(),
                           bias=R.random() + 0.5))
-    elif op == "Softmax":
-        nodes.append(node("Softmax", ["x"], axis=r(-rank, rank - 1)))
+    elif op in ("Softmax", "LogSoftmax"):
+        nodes.append(node(op, ["x"], axis=r(-rank, rank - 1)))
+    elif op == "Softmax11":                       # the axis flattens everything after it
+        nodes.append(node(R.choice(["Softmax", "LogSoftmax"]), ["x"], axis=r(-rank, rank - 1)))
+        opset = 11
+    elif op == "Resize":
+        a = {"mode": R.choice(["nearest", "linear"]),
+             "coordinate_transformation_mode": R.choice(
+                 ["asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners",
+                  "half_pixel_symmetric"]),
+             "nearest_mode": R.choice(["floor", "ceil", "round_prefer_floor",
+                                       "round_prefer_ceil"])}
+        inits["roi"] = np.zeros(0, np.float32)
+        if R.random() < 0.5:
+            inits["sc"] = np.array([1, 1] + [R.choice([0.5, 1, 2, 3, 1.5, 0.25, 0.6, 4])
+                                             for _ in range(s)], np.float32)
+            nodes.append(node("Resize", ["x", "roi", "sc"], **a))
+        else:
+            inits["sz"] = np.array([N, C] + [r(1, 17) for _ in range(s)], np.int64)
+            nodes.append(node("Resize", ["x", "roi", "", "sz"], **a))
+        opset = 19
+    elif op == "ConvTranspose":
+        k = [r(1, 4) for _ in range(s)]
+        g = R.choice([d for d in range(1, C + 1) if C % d == 0])
+        a = {"group": g, "strides": [r(1, 3) for _ in range(s)]}
+        if R.random() < 0.3:
+            a["dilations"] = [r(1, 2) for _ in range(s)]
+        choice = R.random()
+        if choice < 0.4:
+            a["pads"] = [r(0, 2) for _ in range(2 * s)]
+        elif choice < 0.55:
+            a["auto_pad"] = R.choice(["SAME_UPPER", "SAME_LOWER", "VALID"])
+        elif choice < 0.7:
+            a["output_shape"] = [(x[2 + i] - 1) * a["strides"][i] + k[i] + r(-2, 1)
+                                 for i in range(s)]
+        if R.random() < 0.3:
+            a["output_padding"] = [r(0, a["strides"][i] - 1) for i in range(s)]
+        inits["w"] = f32(C, r(1, 3), *k)
+        ins = ["x", "w"]
+        if R.random() < 0.5:
+            inits["b"] = f32(inits["w"].shape[1] * g)
+            ins.append("b")
+        nodes.append(node("ConvTranspose", ins, **a))
     elif op == "ReduceMean":
         axes = (list(range(2, rank)) if R.random() < 0.3 else
                 sorted({a % rank for a in R.sample(range(-rank, rank), r(1, rank))}))

@@ -15,7 +15,8 @@ import numpy as np
 from .shapes import embed
 
 MODES = ("nearest", "linear")
-COORDINATES = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners")
+COORDINATES = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align_corners",
+               "half_pixel_symmetric")
 NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 KNOWN_ATTRS = {
     "Resize": {"antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a",
@@ -47,22 +48,25 @@ def map_resize(c):
     if scales is not None:
         out = [int((Fraction(x[i]) * Fraction(float(scales[i]))).__floor__()) for i in range(r)]
         exact = [Fraction(x[i]) * Fraction(float(scales[i])) == out[i] for i in range(r)]
+        in32 = [int(np.floor(np.float32(x[i]) * np.float32(scales[i]))) for i in range(r)]
+        if in32 != out:
+            c.stop("scales", f"{_shown(scales)} on {list(x)}: floor(input * scale) is {out} "
+                             f"exactly (ONNX's shape inference), {in32} in float32 "
+                             f"(onnxruntime); give sizes instead")
+        if out == list(x) and any(s != 1 for s in scales):
+            c.stop("scales", f"{_shown(scales)} leave {list(x)} its size, where onnxruntime "
+                             f"copies the input and the specification still resamples it at "
+                             f"x / scale; give scales of 1 (or sizes) for a copy")
     else:
         out, exact = list(sizes), [True] * r
-    if coords == "half_pixel_symmetric":
-        # (x + 1/2) / scale - 1/2 shifted by in/2 * (1 - out / (in * scale)): half_pixel where
-        # the output length is exactly in * scale
-        if not all(exact[i] for i in spatial):
-            c.stop("coordinate_transformation_mode",
-                   f"half_pixel_symmetric with scales {_shown(scales)} whose outputs "
-                   f"{[float(Fraction(x[i]) * Fraction(float(scales[i]))) for i in spatial]} "
-                   f"are not whole: aotconv maps it where it equals half_pixel (give sizes, or "
-                   f"scales that give whole outputs)")
-        coords = "half_pixel"
     if coords not in COORDINATES:
         c.stop("coordinate_transformation_mode",
-               f"{coords!r}: aotconv's upsample takes {', '.join(COORDINATES)} (and "
-               f"half_pixel_symmetric where it equals half_pixel)")
+               f"{coords!r}: aotconv's upsample takes {', '.join(COORDINATES)}")
+    if coords == "half_pixel_symmetric" and mode == "nearest":
+        c.stop("coordinate_transformation_mode",
+               "half_pixel_symmetric with mode nearest: onnxruntime's float32 offset moves "
+               "pixels across rounding boundaries that the exact coordinate does not cross; "
+               "aotconv maps half_pixel_symmetric for mode linear")
     if coords == "align_corners" and not all(exact[i] for i in spatial):
         c.stop("coordinate_transformation_mode",
                f"align_corners with scales {_shown(scales)}: input * scale is not whole, and "
@@ -80,6 +84,9 @@ def map_resize(c):
     if int(c.attr("exclude_outside", 0)) and mode == "nearest":
         c.stop("exclude_outside", "1 with mode nearest: the pixels clamped to the edge would "
                                   "weigh 0; aotconv's upsample clamps")
+    if "Upsample" in (c.n.op, c.n.legacy) and any(float(scales[i]) < 1 for i in spatial):
+        c.stop("scales", f"{_shown(scales)}: Upsample takes scales >= 1 (its specification; "
+                         f"onnxruntime refuses smaller ones)")
     if legacy and mode == "nearest" and any(out[i] < x[i] for i in spatial):
         c.stop("scales", f"{_shown(scales)}: a nearest Upsample (or Resize before opset 11) "
                          f"that shrinks an axis has no specified rounding (onnxruntime rounds "
@@ -97,7 +104,7 @@ def map_resize(c):
     layer["coordinates"] = coords
     if mode == "nearest":
         layer["rounding"] = rounding
-        _check_nearest(c, layer, x2, out)
+    _check(c, layer, x2, out, legacy)
     return layer
 
 
@@ -143,14 +150,21 @@ def _operands(c, x, legacy):
     if any(s < 1 for s in full):
         c.stop("sizes", f"{full}: sizes must be >= 1")
     policy = c.attr("keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        c.stop("keep_aspect_ratio_policy", f"unknown value {policy!r}")
     if policy != "stretch":
-        ratios = {Fraction(full[a], x[a]) for a in axes if a >= 2}
-        if len(ratios) > 1 or any(full[a] != x[a] for a in axes if a < 2):
+        # one scale for every axis in `axes`: the smallest (not_larger) or largest ratio, and
+        # output round(scale * input); that is sizes of one ratio where each is whole
+        ratios = [Fraction(full[a], x[a]) for a in axes]
+        s = min(ratios) if policy == "not_larger" else max(ratios)
+        if any((s * x[a]).denominator != 1 for a in axes):
             c.stop("keep_aspect_ratio_policy",
-                   f"{policy!r} with sizes {sizes.tolist()} for {list(x)}: the one scale it "
-                   f"derives is not the sizes' own ratio on each axis, and aotconv's upsample "
-                   f"takes a float32 scale or the output size; give sizes of equal ratios or "
-                   f"keep_aspect_ratio_policy 'stretch'")
+                   f"{policy!r} with sizes {sizes.tolist()} for {list(x)}: its scale {s} "
+                   f"gives fractional lengths {[float(s * x[a]) for a in axes]}, which it "
+                   f"rounds, and aotconv's upsample takes the output size (its own ratio on "
+                   f"each axis) or a float32 scale; give sizes with policy 'stretch'")
+        for a in axes:
+            full[a] = int(s * x[a])
     if full[0] != x[0] or full[1] != x[1]:
         c.stop("sizes", f"{full} change the batch or channel axis of {list(x)}: aotconv's "
                         f"upsample resizes H and W only")
@@ -170,18 +184,17 @@ def _const(c, i, what, optional):
     return np.asarray(v)
 
 
-# -- nearest: the pixels onnxruntime and ONNX's reference pick ------------------------------------
+# -- the pixels onnxruntime and ONNX's reference read ----------------------------------------------
 
-def _coordinate(kind, x, s, in_len, out_len, dt):
-    """The source coordinates of output indices x as onnxruntime (dt float32) and ONNX's
-    reference (float64) compute them."""
-    x, s, half = x.astype(dt), dt(s), dt(0.5)
+def _coordinate_ort(kind, x, s, in_len, out_len):
+    """The source coordinates of output indices x as onnxruntime computes them (float32)."""
+    x, s, half = x.astype(np.float32), np.float32(s), np.float32(0.5)
     if kind == "asymmetric":
         return x / s
     if kind == "half_pixel" or (kind == "pytorch_half_pixel" and out_len > 1):
         return (x + half) / s - half
     if kind == "align_corners" and out_len > 1:
-        return x * dt(in_len - 1) / dt(out_len - 1)
+        return x * np.float32(in_len - 1) / np.float32(out_len - 1)
     return np.zeros_like(x)
 
 
@@ -190,54 +203,77 @@ def _round_ort(v, rounding):
         return np.floor(v)
     if rounding == "ceil":
         return np.ceil(v)
-    away = np.sign(v) * np.floor(np.abs(v) + v.dtype.type(0.5))       # std::round
+    away = np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))          # std::round
     if rounding == "round_prefer_ceil":
         return away
-    return np.where(v == np.trunc(v) + v.dtype.type(0.5), np.floor(v), away)
+    return np.where(v == np.trunc(v) + np.float32(0.5), np.floor(v), away)
 
 
-def _round_reference(v, rounding):
-    lo = np.floor(v)
-    frac = v - lo
-    if rounding == "floor":
-        up = np.zeros(v.shape, bool)
-    elif rounding == "ceil":
-        up = frac > 0
-    elif rounding == "round_prefer_floor":
-        up = frac > 0.5
+def _reference_1d(c, axis_scale, axis_size, n_in):
+    """What ONNX's reference evaluator computes for node `c`'s resize of one axis of length
+    n_in (a probe: the input 0, 1, ..., n_in - 1 along H, in float64)."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+    keep = ("mode", "coordinate_transformation_mode", "nearest_mode", "exclude_outside",
+            "antialias")
+    attrs = {k: v for k, v in c.n.attrs.items() if k in keep}
+    if axis_scale is not None:
+        operand = helper.make_tensor("s", TensorProto.FLOAT, [4], [1, 1, float(axis_scale), 1])
+        node = helper.make_node("Resize", ["x", "", "s"], ["y"], **attrs)
     else:
-        up = frac >= 0.5
-    return np.where(frac == 0, v, lo + up)
+        operand = helper.make_tensor("s", TensorProto.INT64, [4], [1, 1, int(axis_size), 1])
+        node = helper.make_node("Resize", ["x", "", "", "s"], ["y"], **attrs)
+    g = helper.make_graph([node], "probe",
+                          [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [1, 1, n_in, 1])],
+                          [helper.make_empty_tensor_value_info("y")], initializer=[operand])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    try:
+        y = ReferenceEvaluator(model).run(None, {"x": np.arange(n_in, dtype=np.float64)
+                                                 .reshape(1, 1, n_in, 1)})[0]
+    except Exception:
+        return None
+    return np.asarray(y, np.float64).reshape(-1)
 
 
-def _check_nearest(c, layer, x2, out):
+def _check(c, layer, x2, out, legacy):
+    """Report the node where aotconv's upsample reads other pixels than onnxruntime (nearest:
+    its float32 coordinates, emulated) or ONNX's reference evaluator (run on a probe of each
+    axis) would; for linear, where the reference interpolates elsewhere."""
     from ..ops import normalise, upsample_coordinate
     from ..reference import upsample_sources
     a = normalise("upsample", {k: v for k, v in layer.items() if k != "op"})
     a["size"] = tuple(out[2:])
+    key = "scales" if a["scale"] is not None else "sizes"
     for axis, what in ((0, "row"), (1, "column")):
         n_in, n_out = x2[2 + axis], out[2 + axis]
-        ours = upsample_sources(a, axis, n_in, n_out)
+        if n_in == n_out and (a["scale"] is None or a["scale"][axis] == 1):
+            continue                                   # a copy, in every implementation
         idx = np.arange(n_out)
-        if a["scale"] is None:
-            s32 = np.float32(n_out) / np.float32(n_in)
-            s64 = n_out / n_in
-        else:
-            s32 = np.float32(a["scale"][axis])
-            s64 = float(s32)
-        for name, dt, s, rnd in (("onnxruntime (float32)", np.float32, s32, _round_ort),
-                                 ("ONNX's reference (float64)", np.float64, s64,
-                                  _round_reference)):
-            v = _coordinate(a["coordinates"], idx, s, n_in, n_out, dt)
-            theirs = np.clip(rnd(v, a["rounding"]), 0, n_in - 1).astype(np.int64)
+        src = upsample_sources(a, axis, n_in, n_out)
+        ours = src if a["mode"] == "nearest" else src[0] + src[2] * (src[1] - src[0])
+        A, B, D = upsample_coordinate(a, axis, n_in, n_out)
+
+        def report(name, i, theirs):
+            exact = Fraction(A * i + B, D)
+            c.stop(key, f"{a['mode']}: output {what} {i} samples input coordinate "
+                        f"{float(exact):.9g} (exactly {exact}), where {name} reads "
+                        f"{float(theirs):.6g} and aotconv {float(ours[i]):.6g}; aotconv does not "
+                        f"guess (give sizes, or a scale exact in binary such as 2 or 0.5)")
+
+        if a["mode"] == "nearest":
+            s32 = (np.float32(n_out) / np.float32(n_in) if a["scale"] is None
+                   else np.float32(a["scale"][axis]))
+            v = _coordinate_ort(a["coordinates"], idx, s32, n_in, n_out)
+            theirs = np.clip(_round_ort(v, a["rounding"]), 0, n_in - 1)
             bad = np.nonzero(theirs != ours)[0]
             if bad.size:
-                i = int(bad[0])
-                A, B, D = upsample_coordinate(a, axis, n_in, n_out)
-                exact = Fraction(A * i + B, D)
-                c.stop("scales" if a["scale"] is not None else "sizes",
-                       f"nearest: output {what} {i} samples input coordinate {float(exact):.9g} "
-                       f"(exactly {exact}), within rounding error of a {a['rounding']} "
-                       f"boundary: {name} takes pixel {int(theirs[i])}, the exact coordinate "
-                       f"pixel {int(ours[i])}; aotconv does not guess (give sizes, or a scale "
-                       f"exact in binary such as 2 or 0.5)")
+                report("onnxruntime (float32)", int(bad[0]), theirs[bad[0]])
+        if legacy:
+            continue
+        ref = _reference_1d(c, None if a["scale"] is None else a["scale"][axis], n_out, n_in)
+        if ref is None or ref.shape != ours.shape:
+            c.stop(key, f"ONNX's reference evaluator does not resize {what}s {n_in} -> {n_out} "
+                        f"as aotconv does; aotconv maps only what both compute alike")
+        bad = np.nonzero(np.abs(ref - ours) > 1e-6 * max(1, n_in))[0]
+        if bad.size:
+            report("ONNX's reference evaluator", int(bad[0]), ref[bad[0]])
