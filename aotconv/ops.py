@@ -399,7 +399,8 @@ def infer(op, a, in_shapes):
     if op == "batchnorm":
         return (n, c, h, w), [(t, (c,)) for t in ("gamma", "beta", "mean", "var")]
     if op == "upsample":
-        return (n, c) + _upsample_size(a, h, w), []
+        return _check_count((n, c) + _upsample_size(a, h, w),
+                            "scale" if a["scale"] is not None else "size"), []
     if op == "conv_transpose":
         return _conv_transpose_infer(a, n, c, h, w)
     if op == "conv_pool":
@@ -433,6 +434,14 @@ def _upsample_size(a, h, w):
     if a["scale"] is not None:
         a["size"] = tuple(out)
     return tuple(out)
+
+
+def _check_count(shape, key):
+    """An OpError naming `key` when `shape` holds more elements than a 32-bit index reaches."""
+    if count(shape) > 2**31 - 1:
+        raise OpError(key, f"the output {list(shape)} has {count(shape)} elements, more than "
+                           f"2^31 - 1 (the kernels index with 32-bit ints); make it smaller")
+    return shape
 
 
 def upsample_coordinate(a, axis, in_len, out_len):

@@ -60,9 +60,10 @@ def import_model(path, input_shapes=None, batch=None, name=None):
     x, shape = load.set_input_shape(model, file, input_shapes, batch)
     meta = Meta(max(model.ir_version, 7), list(model.opset_import))
     g = ir.from_model(model, x, file)
-    for n in g.nodes:
-        if n.op == "Resize" and n.outputs and n.outputs[0] in legacy:
-            n.legacy = legacy[n.outputs[0]]
+    resizes = [n for n in g.nodes if n.op == "Resize"]
+    for i, n in enumerate(resizes if legacy else ()):
+        n.legacy = legacy[i] if len(legacy) == len(resizes) else \
+            ("Upsample" if source_opset < 10 else "Resize-10")
     g.shapes[x], g.dtypes[x] = shape, 1
     fold.run(g, meta)
     simplify.run(g)

@@ -99,26 +99,28 @@ def normalise(model, file):
 
 
 def legacy_resizes(model):
-    """{output tensor: 'Upsample' or 'Resize-10'} of the nodes the version converter turns
-    into a Resize of other semantics: Upsample (opset 7-9) and Resize-10 sample at x / scale
-    (asymmetric) and, upsampling, copy pixel floor(x / scale); the converter writes a Resize
-    with ONNX 13's defaults (half_pixel, round_prefer_floor). Read before `normalise`."""
+    """['Upsample' or 'Resize-10', ...]: the nodes, in graph order, that the version converter
+    turns into a Resize of other semantics. Upsample (opset 7-9) and Resize-10 sample at
+    x / scale (asymmetric) and, upsampling, copy pixel floor(x / scale); the converter writes a
+    Resize with ONNX 13's defaults (half_pixel, round_prefer_floor), and may rename its output.
+    A model below opset 11 has no other Resize, so every Resize it converts to is one of
+    these, in the same order. Read before `normalise`."""
     opset = default_opset(model)
     if opset is None or opset >= 11:
-        return {}
-    out = {}
-    for n in model.graph.node:
-        if n.domain in ("", "ai.onnx") and n.op_type in ("Upsample", "Resize") and n.output:
-            out[n.output[0]] = "Upsample" if n.op_type == "Upsample" else "Resize-10"
-    return out
+        return []
+    return ["Upsample" if n.op_type == "Upsample" else "Resize-10" for n in model.graph.node
+            if n.domain in ("", "ai.onnx") and n.op_type in ("Upsample", "Resize")]
 
 
 def restore_legacy_resizes(model, legacy):
-    """Give the converted Resize of each node in `legacy` (legacy_resizes) the coordinate
-    transformation and rounding of the node it was: asymmetric, floor."""
+    """Give every Resize of a model converted from below opset 11 (`legacy`, from
+    legacy_resizes, not empty) the coordinate transformation and rounding of the node it was:
+    asymmetric, floor."""
     from onnx import helper
+    if not legacy:
+        return model
     for n in model.graph.node:
-        if n.op_type == "Resize" and n.output and n.output[0] in legacy:
+        if n.op_type == "Resize" and n.domain in ("", "ai.onnx"):
             keep = [a for a in n.attribute
                     if a.name not in ("coordinate_transformation_mode", "nearest_mode")]
             del n.attribute[:]

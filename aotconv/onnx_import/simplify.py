@@ -16,7 +16,9 @@
   1, and so is a SequenceAt of a SplitToSequence of the channels; Mul(x, Sigmoid(x)) is Silu;
   Flatten(x, axis k), Softmax or LogSoftmax over its last axis, Reshape back to x's shape (what
   the version converter writes for a Softmax before opset 13, which normalises over every axis
-  from k on) is SoftmaxAxes(first=k, log).
+  from k on) is SoftmaxAxes(first=k, log); Transpose(perm), Softmax or LogSoftmax over the last
+  axis, Transpose back (PyTorch's export of softmax(dim) before opset 13) is a Softmax or
+  LogSoftmax over axis perm[-1] of the untransposed tensor.
 
 A node these rules do not fit is left as it is, and mapping reports it.
 """
@@ -31,6 +33,7 @@ RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def run(g):
     remove_identities(g)
     coerced_softmax(g)
+    transposed_softmax(g)
     fold_batchnorm_affine(g)
     merge_pads(g)
     gemm_forms(g)
@@ -489,6 +492,32 @@ def coerced_softmax(g):
         g.nodes[g.nodes.index(sm)] = node
         g.nodes.remove(f)
         g.nodes.remove(rs)
+
+
+def transposed_softmax(g):
+    for sm in [n for n in g.nodes if n.op in ("Softmax", "LogSoftmax") and _std(n)]:
+        t1 = g.producers().get(sm.input(0))
+        if t1 is None or t1.op != "Transpose" or not _std(t1) \
+                or _single_consumer(g, t1.outputs[0]) is not sm or not sm.outputs:
+            continue
+        x, xs = t1.input(0), g.view(t1, 0)
+        t2 = _single_consumer(g, sm.outputs[0])
+        if x is None or g.is_const(x) or xs is None or t2 is None or t2.op != "Transpose" \
+                or not _std(t2) or t2.input(0) != sm.outputs[0]:
+            continue
+        r = len(xs)
+        p1 = [int(v) for v in t1.attr("perm", range(r - 1, -1, -1))]
+        p2 = [int(v) for v in t2.attr("perm", range(r - 1, -1, -1))]
+        if sorted(p1) != list(range(r)) or [p1[i] for i in p2] != list(range(r)) \
+                or int(sm.attr("axis", -1)) % r != r - 1:
+            continue
+        node = Node(name=sm.name, op=sm.op, inputs=[x], outputs=list(t2.outputs),
+                    attrs={"axis": p1[-1]}, opset=sm.opset, domain=sm.domain,
+                    merged=[t1.name, t2.name] + t1.merged + sm.merged + t2.merged,
+                    seen={0: t1.seen.get(0, x)})
+        g.nodes[g.nodes.index(sm)] = node
+        g.nodes.remove(t1)
+        g.nodes.remove(t2)
 
 
 def prune_dead(g):
