@@ -41,7 +41,7 @@ ACT_OPS = ACTS[1:]
 # the attributes an activation reads beyond `act` and `alpha`
 ACT_EXTRAS = {"clip": ("min", "max"), "hardsigmoid": ("beta",)}
 # ops that take a fused activation in their epilogue
-FUSABLE = ("conv", "dense", "add", "batchnorm")
+FUSABLE = ("conv", "dense", "add", "batchnorm", "conv_transpose")
 # ops that move no data: their output is their input's buffer
 ALIAS_OPS = ("flatten", "dropout")
 

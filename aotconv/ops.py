@@ -71,6 +71,14 @@ UPSAMPLE_COORDINATES = ("asymmetric", "half_pixel", "pytorch_half_pixel", "align
                         "half_pixel_symmetric")
 UPSAMPLE_ROUNDING = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 SOFTMAX_OPS = ("softmax", "log_softmax")
+# what a key takes, where the types alone would not say it (spec.py's type errors)
+TYPE_HINTS = {
+    ("softmax", "axis"): "an axis (1, 2 or 3) or a list of consecutive axes such as [2, 3]",
+    ("log_softmax", "axis"): "an axis (1, 2 or 3) or a list of consecutive axes such as [2, 3]",
+    ("conv_transpose", "pad"): "an integer, [ph, pw] or [top, left, bottom, right]",
+    ("upsample", "scale"): "a number or [height, width] factors",
+    ("upsample", "size"): "[height, width]",
+}
 # how many inputs each op takes (None: two or more)
 ARITY = {op: 1 for op in SCHEMA}
 ARITY.update({"concat": None, "add": None, "scale": 2, "mul": 2})

@@ -386,7 +386,8 @@ def _layer_spec(m, file):
                                f"{', '.join(valid)}")
         types, _default = schema[key]
         if not _has_type(value, types):
-            raise w.error(key, f"expected {_type_name(types)}, got {_describe(value)}")
+            hint = ops.TYPE_HINTS.get((op, key)) or _type_name(types)
+            raise w.error(key, f"expected {hint}, got {_describe(value)}")
         problem = _number_problem(value)
         if problem:
             raise w.error(key, problem)

@@ -78,8 +78,11 @@ def build(net, params, device="cpu"):
                 return x.mean(dim=(2, 3), keepdim=True)
             if op in ACT_OPS:
                 return act(x, a)
-            if op == "softmax":
-                return torch.softmax(x, dim=1)
+            if op in ("softmax", "log_softmax"):      # over the block of axes it names
+                from .ops import softmax_axes
+                ax = softmax_axes(a)
+                f = torch.log_softmax if op == "log_softmax" else torch.softmax
+                return f(x.flatten(ax[0], ax[-1]), dim=ax[0]).reshape(x.shape)
             if op == "lrn":
                 return F.local_response_norm(x, a["size"], a["alpha"], a["beta"], a["k"])
             if op == "concat":

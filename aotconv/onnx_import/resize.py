@@ -258,7 +258,8 @@ def _check(c, layer, x2, out, legacy):
             c.stop(key, f"{a['mode']}: output {what} {i} samples input coordinate "
                         f"{float(exact):.9g} (exactly {exact}), where {name} reads "
                         f"{float(theirs):.6g} and aotconv {float(ours[i]):.6g}; aotconv does not "
-                        f"guess (give sizes, or a scale exact in binary such as 2 or 0.5)")
+                        f"guess (a scale exact in binary, such as 2, 3 or 0.5, keeps every "
+                        f"coordinate exact)")
 
         if a["mode"] == "nearest":
             s32 = (np.float32(n_out) / np.float32(n_in) if a["scale"] is None
