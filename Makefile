@@ -6,7 +6,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := pocl-opencl-icd ocl-icd-opencl-dev opencl-headers ninja-build gcc pkg-config
 NET     ?= lenet5
 
-.PHONY: deps demo test test-unit test-onnx test-farm bench-cpu bench-gpu gpu-carry clean fuzz test-sanitize
+.PHONY: deps demo test test-full test-unit test-onnx test-farm bench-cpu bench-gpu gpu-carry clean fuzz test-sanitize
 
 # System packages (PoCL = the CPU OpenCL device, the ICD loader and headers) and a virtualenv
 # with the Python dependencies; each step is skipped when already done.
@@ -26,12 +26,18 @@ demo: deps
 	$(BIN)/aotconv build $(NET) --target pocl-cpu --budget 40 --check -o build/$(NET)
 	$(BIN)/aotconv run build/$(NET)
 
+# Every test but the slow tier (marker `slow`, tests/conftest.py: the heavy PoCL sweeps'
+# extra cases and the big network builds); what CI runs (README, "Tests")
 test: deps
+	$(BIN)/python -m pytest -q -x -m "not slow"
+
+# Every test, the slow tier included
+test-full: deps
 	$(BIN)/python -m pytest -q -x
 
 # The device-free tier (tests/conftest.py) with no OpenCL device at all: seconds, no PoCL
 test-unit: deps
-	d=$$(mktemp -d) && OCL_ICD_VENDORS=$$d $(BIN)/python -m pytest -q -x -m unit; rc=$$?; rmdir $$d; exit $$rc
+	d=$$(mktemp -d) && OCL_ICD_VENDORS=$$d $(BIN)/python -m pytest -q -x -m "unit and not slow"; rc=$$?; rmdir $$d; exit $$rc
 
 # The tuning farm on a local Ray (docs/tuning.md, "Tuning farm"): two PoCL workers tune a small
 # network and survive a killed and a hung worker; Ray (about 250 MB) only here, not in make test
