@@ -73,12 +73,16 @@ class Size:
     tables."""
     batch: int
     schedule: object            # schedule.Schedule of the network at this batch
-    input: tuple                # (library buffer, floats)
+    inputs: list                # [(library buffer, floats)] in the network's input order
     outputs: list               # [(library buffer, floats)] in the network's output order
     first_launch: int           # its launches: launches[first_launch:first_launch + nlaunches]
     nlaunches: int
     first_run: int              # its profile() entries: [first_run:first_run + nrun]
     nrun: int
+
+    @property
+    def input(self):
+        return self.inputs[0]
 
     @property
     def output_count(self):
@@ -122,6 +126,15 @@ class Library:
         return self.largest.input
 
     @property
+    def inputs(self):
+        return self.largest.inputs
+
+    @property
+    def input_count(self):
+        """Floats of all the inputs together (the largest size's)."""
+        return sum(c for _, c in self.inputs)
+
+    @property
     def outputs(self):
         return self.largest.outputs
 
@@ -146,8 +159,13 @@ class Library:
 
     @property
     def input_sample(self):
-        """Floats of one sample's input."""
-        return self.input[1] // self.largest.batch
+        """Floats of one sample's inputs, all of them."""
+        return self.input_count // self.largest.batch
+
+    @property
+    def input_samples(self):
+        """Floats of one sample of each input."""
+        return [c // self.largest.batch for _, c in self.inputs]
 
     @property
     def output_sample(self):
@@ -217,10 +235,10 @@ def merge(schedules):
             args = [("buf", remap[v]) if k == "buf" else (k, v) for k, v in l.args]
             lib.launches.append(LaunchRow(l.layer, l.kernel, l.program + first_program, l.phase,
                                           args, l.gsize, l.lsize))
-        size = Size(batch, sch, (remap[sch.input[0]], sch.input[1]),
+        size = Size(batch, sch, [(remap[b], c) for b, c in sch.inputs],
                     [(remap[b], c) for b, c in sch.outputs], first_launch, len(sch.launches),
                     first_run, len(sch.run_launches))
-        counts = [size.input[1]] + [c for _, c in size.outputs]
+        counts = [c for _, c in size.inputs] + [c for _, c in size.outputs]
         sample = tuple(c // batch for c in counts)
         if any(c % batch for c in counts) or per_sample not in (None, sample):
             raise BatchError(f"network '{sch.net.name}': at batch {batch} one sample's input "

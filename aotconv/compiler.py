@@ -248,11 +248,21 @@ def _import_onnx(source, batch, input_shapes):
     return None
 
 
+def random_inputs(net, rng, n=None):
+    """Random float32 input of `net` (n samples, default its batch): one array for a network
+    of one input, else a list of arrays in input order (what the library and the references
+    take)."""
+    xs = [rng.standard_normal((n or s[0],) + tuple(s[1:])).astype(np.float32)
+          for _, s in net.inputs]
+    return xs[0] if len(xs) == 1 else xs
+
+
 def measure_library(outdir, net0, flat, seed, check, runs=5, ref=None):
-    """Run the built library on random input: median per-kernel times, optional numpy check."""
+    """Run the built library on random input (every input of it): median per-kernel times,
+    optional numpy check."""
     from .runtime import load
     rng = np.random.default_rng(seed + 1)
-    x = rng.standard_normal(net0.input_shape).astype(np.float32)
+    x = random_inputs(net0, rng)
     with load(outdir) as lib:
         lib.set_params(flat)
         out = lib(x)
@@ -274,17 +284,19 @@ def measure_sizes(outdir, res, job, flat, refs, runs=5):
     with load(outdir) as lib:
         lib.set_params(flat)
         for z, u, ref in zip(res.sizes, job.units, refs):
-            x = rng.standard_normal(u.net0.input_shape).astype(np.float32)
+            x = random_inputs(u.net0, rng)
             out = lib(x)
             z.profile = _median_profile(lib, x, runs, batch=z.batch)
             z.check_error = _error(out, ref(x)) if ref else None
         n, at = between(lib.batch_sizes)
         if job.check and n is not None:
             k = lib.batch_sizes.index(at)
-            x = np.zeros(job.units[k].net0.input_shape, np.float32)
-            x[:n] = rng.standard_normal((n,) + x.shape[1:])
-            out = lib(x[:n])
-            want = refs[k](x)
+            xs = [np.zeros(s, np.float32) for _, s in job.units[k].net0.inputs]
+            for x in xs:
+                x[:n] = rng.standard_normal((n,) + x.shape[1:])
+            one = len(xs) == 1
+            out = lib(xs[0][:n] if one else [x[:n] for x in xs])
+            want = refs[k](xs[0] if one else xs)
             want = [r[:n] for r in want] if isinstance(want, list) else want[:n]
             res.check_n = n
             res.check_error = _error(out, want)

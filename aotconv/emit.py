@@ -82,6 +82,23 @@ def _header_macros(cc):
     return frozenset(macros)
 
 
+def _inputs_of(lib):
+    """The header's rows of the network's inputs, in order: name, its macro (C name upper-cased;
+    spec.py keeps inputs' C names apart), shape, floats at the largest size, of one sample, and
+    offset in host_buffers' input memory."""
+    out, off, seen = [], 0, {}
+    for (tname, shape), (_, c) in zip(lib.net.inputs, lib.inputs):
+        macro = c_ident(tname).upper()
+        if macro in seen:
+            raise AotconvError(f"the inputs '{seen[macro]}' and '{tname}' both give the header "
+                               f"macro ..._INPUT_INDEX_{macro}; rename one of them")
+        seen[macro] = tname
+        out.append(dict(name=tname, macro=macro, shape=tuple(shape), count=c,
+                        sample=c // lib.largest.batch, offset=off))
+        off += c
+    return out
+
+
 def _arg_c(a):
     kind, v = a
     if kind == "buf":
@@ -148,14 +165,15 @@ def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
                              local=", ".join(map(str, loc))))
     params = _param_macros(lib)
     outputs_doc = ", ".join(f"{t} {'x'.join(map(str, net.shape_of(t)))}" for t in net.outputs)
+    inputs = _inputs_of(lib)
     ns = dict(name=name, NAME=name.upper(), target=target.name, version=__version__,
-              input_shape=net.input_shape, input_count=lib.input[1],
+              input_shape=net.input_shape, input_count=lib.input_count, inputs=inputs,
               output_count=lib.output_count, outputs_doc=outputs_doc,
               param_count=lib.param_count, kernel_count=len(lib.run_launches), params=params,
               batch_sizes=lib.batches, input_sample=lib.input_sample,
               output_sample=lib.output_sample, kernel_counts=[z.nrun for z in lib.sizes],
               memory=memory_of(lib), programs_doc=programs.note,
-              has_binaries=programs.has_binaries, comment=c_comment)
+              has_binaries=programs.has_binaries, comment=c_comment, cstr=c_literal)
     ns["precision"], ns["precision_doc"] = precision.of_schedule(sch, target)
     (out / f"{name}.h").write_text(_render("c/net.h.mako", **ns))
     progs = [dict(layer=p.layer, file=p.file, cstring=c_string(p.source), prologue=pro,
@@ -171,6 +189,7 @@ def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
         binary_note=programs.note,
         buffers=lib.buffers, params=lib.params, folds=lib.folds, launches=launches,
         sizes=lib.sizes, noutputs=len(lib.outputs), param_count=lib.param_count,
+        input_names=[i["name"] for i in inputs],
         kernel_count=len(lib.run_launches), vendor_pattern=_pattern(target.vendor),
         device_pattern=_pattern(target.device), build_options=" ".join(BUILD_OPTIONS),
         comment=c_comment, cstr=c_literal))
@@ -247,6 +266,7 @@ def _tuning_doc(sch, target):
     net = sch.net
     doc = dict(aotconv=__version__, network=net.name, c_name=c_ident(net.name), target=target.name,
                input_shape=list(net.input_shape),
+               inputs=[dict(name=t, shape=list(s)) for t, s in net.inputs],
                outputs=[dict(name=t, shape=list(net.shape_of(t))) for t in net.outputs],
                param_count=sch.param_count, layers=layers,
                activation_bytes=sch.act_bytes, activation_bytes_unshared=sch.naive_act_bytes,

@@ -34,8 +34,10 @@ def _tensors(layer, net):
     """[(what, shape, scales with the batch)] of the tensors `layer` adds to the network: the
     network input (for the layers that read it), its output, its parameters."""
     out = []
-    if "input" in layer.inputs:
-        out.append(("the network input", tuple(net.input_shape), True))
+    for t in dict.fromkeys(layer.inputs):
+        if net.is_input(t):
+            what = "the network input" if len(net.inputs) == 1 else f"the network input '{t}'"
+            out.append((what, net.shape_of(t), True))
     if not is_alias(layer):
         out.append(("its output", tuple(layer.out_shape), True))
     out += [(f"its parameter '{name}'", tuple(shape), False) for name, shape in layer.params]
@@ -46,7 +48,7 @@ def _max_batch(net, target):
     """The largest batch at which every tensor that scales with the batch fits one buffer and
     the kernels' indices, and the network fits the global memory (parameters do not scale)."""
     n = net.input_shape[0]
-    per = [count(net.input_shape) // n]
+    per = [count(s) // n for _, s in net.inputs]
     peak = 0
     for layer in net.layers:
         if is_alias(layer):

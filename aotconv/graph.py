@@ -90,13 +90,54 @@ class Layer:
         return f"{op}|{'+'.join('x'.join(map(str, s)) for s in ins)}|{'x'.join(map(str, out))}|{a}"
 
 
+INPUT = "input"                       # the name of a network's one input (net.yaml `input:`)
+
+
 @dataclass
 class Network:
+    """A network in topological order. Its inputs are `inputs`: [(name, shape)] in the order
+    of the library's calls; a network of one input (net.yaml `input:`) has the one named
+    `input`, of shape `input_shape`. With several (net.yaml `inputs:`), `input_shape` is the
+    first one's and `named_inputs` holds them all."""
     name: str
-    input_shape: tuple
+    input_shape: tuple                # the (first) input's shape, N first
     layers: list                      # topological order
     outputs: list                     # layer names
     file: str = None
+    named_inputs: list = None         # [(name, shape)] of a net.yaml's `inputs:`; None: `input`
+
+    @property
+    def inputs(self):
+        """[(name, shape)] of the network's inputs, in the order the library takes them."""
+        if self.named_inputs:
+            return [(n, tuple(s)) for n, s in self.named_inputs]
+        return [(INPUT, tuple(self.input_shape))]
+
+    @property
+    def input_names(self):
+        return [n for n, _ in self.inputs]
+
+    def is_input(self, tensor):
+        return tensor in self.input_names
+
+    def input_values(self, x):
+        """{input name: array} of `x`: one array (a network of one input), a list or tuple of
+        arrays in input order, or a dict by name; a wrong number or name is a ValueError."""
+        names = self.input_names
+        if isinstance(x, dict):
+            if set(x) != set(names):
+                raise ValueError(f"network '{self.name}' takes inputs {', '.join(names)}; "
+                                 f"got {', '.join(map(str, x))}")
+            return {n: x[n] for n in names}
+        if isinstance(x, (list, tuple)) and len(names) > 1:
+            if len(x) != len(names):
+                raise ValueError(f"network '{self.name}' takes {len(names)} inputs "
+                                 f"({', '.join(names)}); got {len(x)}")
+            return dict(zip(names, x))
+        if len(names) != 1:
+            raise ValueError(f"network '{self.name}' takes {len(names)} inputs "
+                             f"({', '.join(names)}); give a list or a dict of them")
+        return {names[0]: x}
 
     def layer(self, name):
         for l in self.layers:
@@ -105,7 +146,10 @@ class Network:
         raise KeyError(name)
 
     def shape_of(self, tensor):
-        return tuple(self.input_shape) if tensor == "input" else tuple(self.layer(tensor).out_shape)
+        for n, s in self.inputs:
+            if n == tensor:
+                return tuple(s)
+        return tuple(self.layer(tensor).out_shape)
 
     def param_layout(self):
         """[(layer, tensor, shape, offset)] in the documented order: layers in file order."""

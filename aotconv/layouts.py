@@ -76,11 +76,11 @@ def insert_conversions(net, choices):
 
     Idempotent: a network whose conversions are already in place gets none."""
     net = copy.deepcopy(net)
-    names = {l.name for l in net.layers} | {"input"}
-    write = {"input": NCHW}
+    names = {l.name for l in net.layers} | set(net.input_names)
+    write = {t: NCHW for t in net.input_names}
     made, new, layers = {}, [], []
 
-    shape_of = {"input": tuple(net.input_shape)}
+    shape_of = {t: tuple(s) for t, s in net.inputs}
 
     def reader_wants(tensor, layout):
         shape = shape_of[tensor]
@@ -217,7 +217,7 @@ def _time(c):
 def total_ms(net, choices, cost):
     """Kernel time of `choices` plus the conversions they imply (the cost model the plan
     minimises, evaluated on a whole assignment)."""
-    write, total, seen = {"input": NCHW}, 0.0, set()
+    write, total, seen = {t: NCHW for t in net.input_names}, 0.0, set()
 
     def need(t, lay):
         nonlocal total
@@ -242,7 +242,8 @@ def chains(net):
     out, where = [], {}
     for l in net.layers:
         p = l.inputs[0] if len(l.inputs) == 1 else None
-        if p not in (None, "input") and users.get(p) == [l.name] and p not in net.outputs:
+        if p is not None and not net.is_input(p) and users.get(p) == [l.name] \
+                and p not in net.outputs:
             out[where[p]].append(l)
             where[l.name] = where[p]
         else:
@@ -258,7 +259,7 @@ def plan(net, choices, opts, cost):
     users = consumers(net)
     by_name = {l.name: l for l in net.layers}
     cur = dict(choices)
-    write = {"input": NCHW}
+    write = {t: NCHW for t in net.input_names}
 
     def options(l):
         return opts.get(l.name) or [choices.get(l.name)]
@@ -312,7 +313,7 @@ def plan(net, choices, opts, cost):
 
 def needed_conversions(net, choices):
     """[(shape, src, dst)] the conversions `choices` need between producers and readers."""
-    written = {"input": NCHW}
+    written = {t: NCHW for t in net.input_names}
     keys = []
     for l in net.layers:
         read, write = layouts_of(l, choices.get(l.name))

@@ -222,7 +222,7 @@ def fuse_residual(net, which=None):
 
 def resolve_alias(net, tensor):
     """The tensor whose buffer holds `tensor` (following flatten/dropout back)."""
-    while tensor != "input":
+    while not net.is_input(tensor):
         l = net.layer(tensor)
         if not is_alias(l):
             break

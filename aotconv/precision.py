@@ -147,7 +147,7 @@ def network_reference(source, net, x, params, layers):
     folds = batchnorm_folds(source, net)
     chains = {name: folds.get(name, []) for name in layers}
     src = {l.name: l for l in source.layers}
-    values = {"input": np.asarray(x, np.float64)}
+    values = {t: np.asarray(v, np.float64) for t, v in source.input_values(x).items()}
     skip = {}
     for layer in source.layers:
         ins = [values[i] for i in layer.inputs]

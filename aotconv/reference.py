@@ -345,11 +345,13 @@ def random_network_params(net, rng):
 def run_network(net, x, params):
     """Walk `net.layers` in order; returns [output of each name in net.outputs] (float64).
 
-    `params` is {layer: {tensor: array}} or one flat array in the documented order.
+    `x` is the input's array, or with several inputs a list of arrays in the network's input
+    order or a dict by name (graph.Network.input_values). `params` is {layer: {tensor:
+    array}} or one flat array in the documented order.
     """
     if not isinstance(params, dict):
         params = unflatten_params(net, params)
-    values = {"input": np.asarray(x, np.float64)}
+    values = {t: np.asarray(v, np.float64) for t, v in net.input_values(x).items()}
     for layer in net.layers:
         ins = [values[i] for i in layer.inputs]
         values[layer.name] = forward(layer, ins, params.get(layer.name, {}))

@@ -136,7 +136,7 @@ def _size(b):
 
 def staging_bytes(sch, chunk=STAGE_BYTES):
     """The pinned host memory of run()'s staging ring (runtime_c/rt_run.c aotrt_stage_setup)."""
-    most = 4 * max(sch.input[1], sch.output_count)
+    most = 4 * max([c for _, c in sch.inputs] + [sch.output_count])
     if not most or chunk < 0:
         return 0
     slot = min(chunk, most)
@@ -149,7 +149,7 @@ def _memory(sch, res):
     from .emit import memory_of
     m = memory_of(sch)
     acts = sum(1 for b in sch.buffers if b.kind == "act")
-    io = 4 * (sch.input[1] + sch.output_count)
+    io = 4 * (sch.input_count + sch.output_count)
     if res.sizes:
         from .batches import unshared_bytes
         own = ", ".join(f"{z.batch}: {_size(z.schedule.act_bytes)}" for z in res.sizes)

@@ -29,6 +29,22 @@ int aotconv_{n}_run_n(aotconv_{n} *net, size_t n, const float *input, size_t inp
 int aotconv_{n}_run_async_n(aotconv_{n} *net, size_t n, const float *input, size_t input_count,
                             float *output, size_t output_count);
 int aotconv_{n}_run_buffers_n(aotconv_{n} *net, size_t n, cl_mem input, cl_mem output);
+int aotconv_{n}_run_inputs(aotconv_{n} *net, const float *const inputs[], const size_t counts[],
+                           size_t n_inputs, float *output, size_t output_count);
+int aotconv_{n}_run_async_inputs(aotconv_{n} *net, const float *const inputs[],
+                                 const size_t counts[], size_t n_inputs, float *output,
+                                 size_t output_count);
+int aotconv_{n}_run_buffers_inputs(aotconv_{n} *net, const cl_mem inputs[], size_t n_inputs,
+                                   cl_mem output);
+int aotconv_{n}_run_inputs_n(aotconv_{n} *net, size_t n, const float *const inputs[],
+                             const size_t counts[], size_t n_inputs, float *output,
+                             size_t output_count);
+int aotconv_{n}_run_async_inputs_n(aotconv_{n} *net, size_t n, const float *const inputs[],
+                                   const size_t counts[], size_t n_inputs, float *output,
+                                   size_t output_count);
+int aotconv_{n}_run_buffers_inputs_n(aotconv_{n} *net, size_t n, const cl_mem inputs[],
+                                     size_t n_inputs, cl_mem output);
+const char *aotconv_{n}_input_name(size_t i);
 size_t aotconv_{n}_batch_sizes(const size_t **sizes);
 int aotconv_{n}_wait(aotconv_{n} *net);
 int aotconv_{n}_program_source(const aotconv_{n} *net, const char **why);
@@ -56,7 +72,9 @@ class Network(Closeable):
 
     `x` holds the library's input (run()), or any n samples from 1 to the largest batch size
     (run_n: the smallest size >= n runs, the output has n samples); `batch_sizes` lists the
-    sizes the library was built for.
+    sizes the library was built for. A network of several inputs (`inputs`: [(name, shape)])
+    takes one array per input: `net(x1, x2)`, `net([x1, x2])` or `net({"a": x1, "b": x2})`,
+    each of the same n samples (run_inputs, run_inputs_n).
 
     `queue`: a pyopencl CommandQueue to create the handle on (create_with_queue); then
     run_buffers() takes pyopencl Buffers of its context. `source_only`: compile the embedded
@@ -75,6 +93,10 @@ class Network(Closeable):
         n = meta["c_name"]
         self.name = n
         self.input_shape = tuple(meta["input_shape"])
+        # [(name, shape)] in the order of run_inputs; a library built before several inputs
+        # existed has one, "input"
+        self.inputs = [(i["name"], tuple(i["shape"])) for i in meta.get("inputs") or []] \
+            or [("input", self.input_shape)]
         self.output_shapes = [tuple(o["shape"]) for o in meta["outputs"]]
         self.param_count = meta["param_count"]
         # [(batch, first profile entry, entries)]; a library of one size before batch ranges
@@ -135,31 +157,63 @@ class Network(Closeable):
         file is a LibraryError [-6] naming the file and the size the network needs)."""
         self._check(self._f("load_params")(self.handle, os.fsencode(str(path))))
 
-    def __call__(self, x):
-        """The outputs of `x`: the library's whole input (run), or n samples (run_n)."""
+    def __call__(self, *x):
+        """The outputs of `x`: the library's whole input (run), or n samples (run_n); of
+        several inputs, one array each (run_inputs, run_inputs_n)."""
         _, out, n = self._start("run", x)
         self._pending = []        # run() ends every run before it
         return self._split(out, n)
 
-    def _start(self, call, x):
-        """`x` through the C `call` (run, run_async) where it is the library's whole input,
-        else through its _n twin: (x, the output array, n or None)."""
-        x = np.ascontiguousarray(x, np.float32)
-        n = self._samples(x)
-        out = self._empty_output(n)
-        args = (self.ffi.from_buffer("float[]", x), x.size,
-                self.ffi.from_buffer("float[]", out), out.size)
-        self._check(self._f(call)(self.handle, *args) if n is None else
-                    self._f(call + "_n")(self.handle, n, *args))
-        return x, out, n
+    def _arrays(self, x):
+        """The input arrays of a call's arguments `x` (a tuple): one array for a network of one
+        input; of several, one per input, as arguments, one list or one dict by name."""
+        names = [t for t, _ in self.inputs]
+        if len(x) == 1 and isinstance(x[0], dict):
+            x = x[0]
+            if set(x) != set(names):
+                raise AotconvError(f"{self.name}: the inputs are {', '.join(names)}; got "
+                                   f"{', '.join(map(str, x))}")
+            x = [x[t] for t in names]
+        elif len(x) == 1 and len(names) > 1 and isinstance(x[0], (list, tuple)):
+            x = x[0]
+        if len(x) != len(names):
+            raise AotconvError(f"{self.name}: the network takes {len(names)} input"
+                               f"{'s' if len(names) > 1 else ''} ({', '.join(names)}), got "
+                               f"{len(x)}")
+        return [np.ascontiguousarray(a, np.float32) for a in x]
 
-    def _samples(self, x):
-        """None where `x` is the library's whole input (or a size that is no number of
-        samples: run() then says what it expected), else its number of samples."""
-        sample = int(np.prod(self.input_shape[1:]))
-        if x.size == int(np.prod(self.input_shape)) or x.size % sample:
-            return None
-        return x.size // sample
+    def _start(self, call, x):
+        """The arrays of `x` through the C `call` (run, run_async) where they are the library's
+        whole inputs, else through its _n twin; of several inputs, through the _inputs twins:
+        (the arrays, the output array, n or None)."""
+        xs = self._arrays(x)
+        n = self._samples(xs)
+        out = self._empty_output(n)
+        ffi = self.ffi
+        outp = (ffi.from_buffer("float[]", out), out.size)
+        if len(self.inputs) == 1:
+            args = (ffi.from_buffer("float[]", xs[0]), xs[0].size) + outp
+            self._check(self._f(call)(self.handle, *args) if n is None else
+                        self._f(call + "_n")(self.handle, n, *args))
+            return xs[0], out, n
+        ptrs = ffi.new("float *[]", [ffi.from_buffer("float[]", a) for a in xs])
+        counts = ffi.new("size_t[]", [a.size for a in xs])
+        args = (ffi.cast("const float *const *", ptrs), counts, len(xs)) + outp
+        self._check(self._f(call + "_inputs")(self.handle, *args) if n is None else
+                    self._f(call + "_inputs_n")(self.handle, n, *args))
+        return (xs, ptrs), out, n
+
+    def _samples(self, xs):
+        """None where the arrays `xs` are the library's whole inputs (or sizes that are no
+        number of samples, or differ: run() then says what it expected), else their number of
+        samples."""
+        got = set()
+        for a, (_, shape) in zip(xs, self.inputs):
+            sample = int(np.prod(shape[1:]))
+            if a.size == int(np.prod(shape)) or a.size % sample:
+                return None
+            got.add(a.size // sample)
+        return got.pop() if len(got) == 1 else None
 
     def serving(self, n):
         """The batch size that runs a call with `n` samples (the smallest >= n), or None when
@@ -180,10 +234,10 @@ class Network(Closeable):
             off += c
         return outs[0] if len(outs) == 1 else outs
 
-    def run_async(self, x):
-        """Enqueue a run of `x` (C run_async, or run_async_n for n samples) and return; wait()
-        gives the output. The input and the output array of every run in flight are kept alive
-        here until then."""
+    def run_async(self, *x):
+        """Enqueue a run of `x` (C run_async, or run_async_n for n samples; the _inputs twins
+        of several inputs) and return; wait() gives the output. The inputs and the output
+        array of every run in flight are kept alive here until then."""
         self._pending.append(self._start("run_async", x))
 
     def wait(self):
@@ -195,10 +249,19 @@ class Network(Closeable):
 
     def run_buffers(self, inp, out, n=None):
         """Enqueue a run from and into pyopencl Buffers of the handle's context (C
-        run_buffers, or run_buffers_n for `n` samples); wait() or the queue orders what
+        run_buffers, or run_buffers_n for `n` samples; `inp` a list of Buffers, one per input,
+        for run_buffers_inputs and run_buffers_inputs_n); wait() or the queue orders what
         follows."""
         cast = lambda o: self.ffi.NULL if o is None else self.ffi.cast("cl_mem", o.int_ptr)
-        if n is None:
+        if isinstance(inp, (list, tuple)):
+            mems = self.ffi.new("cl_mem[]", [cast(b) for b in inp])
+            if n is None:
+                self._check(self._f("run_buffers_inputs")(self.handle, mems, len(inp),
+                                                          cast(out)))
+            else:
+                self._check(self._f("run_buffers_inputs_n")(self.handle, n, mems, len(inp),
+                                                            cast(out)))
+        elif n is None:
             self._check(self._f("run_buffers")(self.handle, cast(inp), cast(out)))
         else:
             self._check(self._f("run_buffers_n")(self.handle, n, cast(inp), cast(out)))
@@ -223,29 +286,46 @@ class Network(Closeable):
 
     def host_buffers(self):
         """(input, output): numpy arrays over the library's pinned host memory (C
-        host_buffers()), the input in its NCHW shape, the output flat. Fill the input, call
-        run_host(), read the output. They are valid until close()."""
+        host_buffers()), the input in its NCHW shape (of several inputs, a list of them, one
+        after another in the pinned memory), the output flat. Fill the input, call run_host(),
+        read the output. They are valid until close()."""
         if self._host is None:
             ffi = self.ffi
             pin, pout = ffi.new("float **"), ffi.new("float **")
             self._check(self._f("host_buffers")(self.handle, pin, pout))
-            cin = int(np.prod(self.input_shape))
+            counts = [int(np.prod(s)) for _, s in self.inputs]
             cout = sum(int(np.prod(s)) for s in self.output_shapes)
-            xin = np.frombuffer(ffi.buffer(pin[0], 4 * cin), np.float32).reshape(self.input_shape)
+            block = np.frombuffer(ffi.buffer(pin[0], 4 * sum(counts)), np.float32)
+            offs = np.cumsum([0] + counts)
+            xins = [block[a:b].reshape(s) for a, b, (_, s) in zip(offs, offs[1:], self.inputs)]
             xout = np.frombuffer(ffi.buffer(pout[0], 4 * cout), np.float32)
-            self._host = (xin, xout, pin[0], pout[0])
+            xin = xins[0] if len(xins) == 1 else xins
+            self._host = (xin, xout, pin[0], pout[0], xins)
         return self._host[0], self._host[1]
 
     def run_host(self, n=None):
         """run() from the pinned input to the pinned output of host_buffers(), or run_n() of
-        their first `n` samples; the output (of n samples) flat."""
-        xin, xout = self.host_buffers()
+        their first `n` samples (the _inputs twins of several inputs, each from its place in
+        the pinned memory); the output (of n samples) flat."""
+        _, xout = self.host_buffers()
+        xins, batch = self._host[4], self.inputs[0][1][0]
+        k = batch if n is None else n
+        counts = [k * (a.size // batch) for a in xins]
+        cout = k * (xout.size // batch)
+        if len(xins) == 1:
+            args = (self._host[2], counts[0], self._host[3], cout)
+            call = "run"
+        else:
+            ffi = self.ffi
+            ptrs = ffi.new("float *[]", [self._host[2] + int(o) for o in
+                                         np.cumsum([0] + [a.size for a in xins])[:-1]])
+            args = (ffi.cast("const float *const *", ptrs), ffi.new("size_t[]", counts),
+                    len(xins), self._host[3], cout)
+            call = "run_inputs"
         if n is None:
-            self._check(self._f("run")(self.handle, self._host[2], xin.size, self._host[3],
-                                       xout.size))
+            self._check(self._f(call)(self.handle, *args))
             return xout
-        cin, cout = n * (xin.size // len(xin)), n * (xout.size // len(xin))
-        self._check(self._f("run_n")(self.handle, n, self._host[2], cin, self._host[3], cout))
+        self._check(self._f(call + "_n")(self.handle, n, *args))
         return xout[:cout]
 
     def profile(self, batch=None):

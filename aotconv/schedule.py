@@ -4,7 +4,8 @@ One program per layer (its rendered source), one device buffer per parameter ten
 reads and per variant-owned buffer, one shared scratch buffer, and activation buffers assigned
 by liveness: a tensor's buffer is reused once every layer that reads it has run. Before any of
 that, a layout_convert layer is inserted wherever a layer reads a layout its producer does not
-write (aotconv.layouts; the network's input and outputs are NCHW).
+write (aotconv.layouts; the network's inputs and outputs are NCHW). Each network input is a
+buffer like the others, live from the start of a run until its last reader.
 
 Parameters keep the layout of the network as written (the `source` of build_schedule,
 docs/params.md): a tensor a kernel reads as the user gave it is a ParamRow (copied in
@@ -96,7 +97,7 @@ class Schedule:
     params: list = field(default_factory=list)
     folds: list = field(default_factory=list)         # FoldRow
     source: object = None           # the network as written: its parameter layout is the API's
-    input: tuple = None             # (buffer, count)
+    inputs: list = field(default_factory=list)        # [(buffer, count)] in input order
     outputs: list = field(default_factory=list)
     tensor_buffer: dict = field(default_factory=dict)
     naive_act_bytes: int = 0
@@ -104,6 +105,16 @@ class Schedule:
     fusion: list = None             # pool fusion decisions (aotconv.fusion), set by compiler
     residual: list = None           # residual add fusion decisions (aotconv.fusion), likewise
     layout_plan: object = None      # layouts.LayoutPlan, set by compiler
+
+    @property
+    def input(self):
+        """(buffer, count) of the network's one input (the first of several)."""
+        return self.inputs[0]
+
+    @property
+    def input_count(self):
+        """Floats of all the inputs together."""
+        return sum(c for _, c in self.inputs)
 
     @property
     def act_bytes(self):
@@ -131,9 +142,11 @@ class Schedule:
 
 
 def plan_activations(net):
-    """{tensor: slot}, [slot bytes]: greedy best-fit reuse of buffers by liveness."""
+    """{tensor: slot}, [slot bytes]: greedy best-fit reuse of buffers by liveness. The network
+    inputs are written before the first kernel: all live at step -1, each in its own slot."""
     order = [l for l in net.layers if not is_alias(l)]
-    step = {"input": -1}
+    inputs = net.input_names
+    step = {t: -1 for t in inputs}
     for i, l in enumerate(order):
         step[l.name] = i
     last = {t: step[t] for t in step}
@@ -143,11 +156,11 @@ def plan_activations(net):
             last[t] = max(last[t], i)
     for t in net.outputs:
         last[resolve_alias(net, t)] = float("inf")
-    size = {"input": 4 * count(net.input_shape)}
+    size = {t: 4 * count(s) for t, s in net.inputs}
     size.update({l.name: 4 * count(l.out_shape) for l in order})
 
     slots, holder, assign = [], [], {}
-    for t in ["input"] + [l.name for l in order]:
+    for t in inputs + [l.name for l in order]:
         s = step[t]
         free = [i for i, h in enumerate(holder) if h is None or last[h] < s]
         fits = [i for i in free if slots[i] >= size[t]]
@@ -239,7 +252,7 @@ def build_schedule(net, choices, convert=None, source=None, file_suffix=""):
     for i, b in enumerate(slots):
         sch.buffers.append(Buffer(f"act{i}", max(b, 4), "act"))
     sch.tensor_buffer = {t: assign[resolve_alias(net, t)]
-                         for t in ["input"] + [l.name for l in net.layers]}
+                         for t in net.input_names + [l.name for l in net.layers]}
 
     param_buf = _plan_params(sch, net)
 
@@ -288,6 +301,6 @@ def build_schedule(net, choices, convert=None, source=None, file_suffix=""):
                     raise ValueError(f"layer {l.name}: unknown argument kind {a.kind}")
             sch.launches.append(LaunchRow(l.name, launch.kernel, prog, launch.phase, args,
                                           tuple(launch.gsize), tuple(launch.lsize or ())))
-    sch.input = (sch.tensor_buffer["input"], count(net.input_shape))
+    sch.inputs = [(sch.tensor_buffer[t], count(s)) for t, s in net.inputs]
     sch.outputs = [(sch.tensor_buffer[t], count(net.shape_of(t))) for t in net.outputs]
     return sch

@@ -5,10 +5,11 @@ loader, so every key keeps its line and duplicate keys can be caught, which yaml
 silently merges. The nodes become `_Map`s (key -> (value, line)); a Python dict given to
 `network_from_dict` becomes the same structure, so both sources share one validator.
 
-Steps: top-level keys -> each layer's keys, types and normalised attributes (ops.SCHEMA,
-ops.normalise) -> names (aotconv.names: the rule, and no two layers one C name) -> input
-names and arity -> stable topological sort (file order where the graph allows) -> shape
-inference (ops.infer) in that order.
+Steps: top-level keys -> the network's inputs (`input: [N, C, H, W]`, or several named ones,
+`inputs: {a: [N, C, H, W], b: ...}`, one batch N) -> each layer's keys, types and normalised
+attributes (ops.SCHEMA, ops.normalise) -> names (aotconv.names: the rule, and no two layers or
+inputs one C name) -> input names and arity, every network input read -> stable topological
+sort (file order where the graph allows) -> shape inference (ops.infer) in that order.
 
 Hostile input stays an error on one line: nesting is bounded (MAX_DEPTH) while nodes are
 composed and converted, numbers must be finite and fit the kernels' types, and every user
@@ -25,11 +26,11 @@ import yaml
 
 from . import ops
 from .errors import SpecError
-from .graph import Layer, Network, count
+from .graph import INPUT, Layer, Network, count
 from .names import c_ident, layer_name_problem, net_name_problem, shown
 
 NETS_DIR = Path(__file__).parent / "nets"
-TOP_KEYS = ("name", "input", "layers", "outputs")
+TOP_KEYS = ("name", "input", "layers", "outputs", "inputs")
 LAYER_KEYS = ("name", "op", "inputs")
 # a net.yaml nests 4 levels (top mapping, layers, a layer, a [h, w] list); anything far deeper
 # is a mistake or an attack on the recursion limit
@@ -66,7 +67,7 @@ def load_network(source, batch=None):
     """The validated Network described by a net.yaml path or a shipped network's name (or
     an .onnx model, through aotconv.onnx_import: docs/onnx.md).
 
-    `batch`, when given, replaces the batch size input[0] (the `--batch N` option).
+    `batch`, when given, replaces the batch size N of every input (the `--batch N` option).
     """
     if Path(str(source)).suffix.lower() == ".onnx":
         from .onnx_import import import_model
@@ -294,19 +295,30 @@ def _build(top, file, batch):
         if key not in TOP_KEYS:
             raise where.error(key, f"unknown top-level key; valid keys are "
                                         f"{', '.join(TOP_KEYS)}")
-    for key in ("name", "input", "layers"):
+    for key in ("name", "layers"):
         if key not in top.items:
             raise where.error(key, f"missing required top-level key '{key}'")
+    if "input" in top.items and "inputs" in top.items:
+        raise where.error("inputs", "give either `input: [N, C, H, W]` (one input) or "
+                                    "`inputs: {name: [N, C, H, W], ...}` (several), not both")
+    if "input" not in top.items and "inputs" not in top.items:
+        raise where.error("input", "missing required top-level key 'input' ([N, C, H, W]; or "
+                                   "`inputs:` for several named inputs)")
     name = _net_name(top, where)
-    input_shape = _input_shape(top, where, batch)
+    if "input" in top.items:
+        inputs, named = [(INPUT, _input_shape(top, where, batch), top.line_of("input"))], False
+    else:
+        inputs, named = _named_inputs(top, where, batch), True
     raw_layers = _layer_list(top, where)
     specs = [_layer_spec(m, file) for m in raw_layers]
-    _check_names(specs)
-    _link_inputs(specs)
-    order = _toposort(specs)
-    layers = _infer_shapes(order, input_shape)
+    _check_names(specs, inputs, where)
+    _link_inputs(specs, inputs)
+    order = _toposort(specs, inputs)
+    _check_inputs_read(specs, inputs, where)
+    layers = _infer_shapes(order, inputs)
     outputs = _outputs(top, where, specs)
-    return Network(name=name, input_shape=input_shape, layers=layers, outputs=outputs, file=file)
+    return Network(name=name, input_shape=inputs[0][1], layers=layers, outputs=outputs,
+                   file=file, named_inputs=[(n, s) for n, s, _ in inputs] if named else None)
 
 
 def _net_name(top, where):
@@ -317,22 +329,51 @@ def _net_name(top, where):
     return name
 
 
-def _input_shape(top, where, batch):
-    shape = top.items["input"][0]
+def _input_shape(top, where, batch, shape=None, key="input", line=None, what="the input"):
+    """The shape of an input as given (`input:`, or `shape` of the input `key` of `inputs:`
+    at `line`), with the batch override; `what` names it in messages."""
+    shape = top.items["input"][0] if shape is None else shape
+    line = where.m.line_of(key) if line is None else line
     if not (isinstance(shape, list) and len(shape) == 4
             and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
-        raise where.error("input", f"must be [N, C, H, W], four positive integers; got "
-                                   f"{_describe(shape)}")
+        raise where.error(key, f"must be [N, C, H, W], four positive integers; got "
+                               f"{_describe(shape)}", line=line)
     if batch is not None:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise SpecError(f"the batch override must be a positive integer, got "
                             f"{shown(batch)}", file=where.file, key="batch")
         shape = [batch] + shape[1:]
     if count(shape) > MAX_ELEMENTS:
-        key = "batch" if batch is not None and count(shape[1:]) <= MAX_ELEMENTS else "input"
-        raise SpecError(_too_big("the input", shape), file=where.file,
-                        line=None if key == "batch" else where.m.line_of("input"), key=key)
+        over = "batch" if batch is not None and count(shape[1:]) <= MAX_ELEMENTS else key
+        raise SpecError(_too_big(what, shape), file=where.file,
+                        line=None if over == "batch" else line, key=over)
     return tuple(shape)
+
+
+def _named_inputs(top, where, batch):
+    """[(name, shape, line)] of `inputs: {name: [N, C, H, W], ...}`, in the order written (the
+    order of the library's calls): names by the layer name rule, one batch N for all."""
+    m = top.items["inputs"][0]
+    if not isinstance(m, _Map) or not m.items:
+        raise where.error("inputs", f"must map each input's name to its [N, C, H, W], e.g. "
+                                    f"`inputs: {{image: [1, 3, 32, 32], scale: [1, 3, 1, 1]}}`;"
+                                    f" got {_describe(m)}")
+    out = []
+    for name, (shape, line) in m.items.items():
+        line = line if line is not None else where.m.line_of("inputs")
+        problem = layer_name_problem(name)
+        if problem:
+            raise SpecError(f"the input name {problem}", file=where.file, line=line,
+                            key="inputs")
+        shape = _input_shape(top, where, batch, shape, key=name, line=line,
+                             what=f"the input '{name}'")
+        if out and shape[0] != out[0][1][0]:
+            raise SpecError(f"the input '{name}' has batch {shape[0]}, the input "
+                            f"'{out[0][0]}' {out[0][1][0]}: the inputs share one batch N; "
+                            f"give them the same first dimension", file=where.file,
+                            line=line, key=shown(name))
+        out.append((name, shape, line))
+    return out
 
 
 def _too_big(what, shape):
@@ -439,15 +480,29 @@ def _inputs_of(m, w):
     return _names_list(m.items["inputs"][0], w, "inputs", "an input")
 
 
-def _check_names(specs):
+def _check_names(specs, inputs, where):
     """No two layers share a name, nor a C name (names.c_ident) ignoring case: the header
     upper-cases C names into macros, and kernels/<C name>.cl files meet on case-insensitive
-    file systems."""
+    file systems. No layer is named as a network input, nor two inputs have one C name (the
+    header's AOTCONV_<NET>_INPUT_INDEX_<C NAME>)."""
+    given = {n: line for n, _, line in inputs}
+    c_inputs = {}
+    for n, _, line in inputs:
+        c = c_ident(n).lower()
+        if c in c_inputs:
+            raise SpecError(f"the inputs '{c_inputs[c]}' and '{n}' both become the C name "
+                            f"'{c_ident(n)}' once upper-cased; rename one of them",
+                            file=where.file, line=line, key="inputs")
+        c_inputs[c] = n
     seen, c_names = {}, {}
     for i, s in enumerate(specs):
         s.index = i
-        if s.name == "input":
+        if s.name == INPUT:
             raise s.where.error("name", "'input' names the network input; rename the layer")
+        if s.name in given:
+            at = f" (line {given[s.name]})" if given[s.name] is not None else ""
+            raise s.where.error("name", f"the network input '{s.name}'{at} has this name; "
+                                        f"rename the layer or the input")
         if s.name in seen:
             raise s.where.error("name", f"duplicate layer name (first used on line "
                                         f"{_line(seen[s.name])}); rename one of them")
@@ -467,16 +522,24 @@ def _line(spec):
     return spec.where.m.line if spec.where.m.line is not None else spec.index + 1
 
 
-def _link_inputs(specs):
-    """Fill default inputs, check every name exists and the count suits the op."""
+def _link_inputs(specs, inputs):
+    """Fill default inputs (the first layer reads the network's only input), check every name
+    exists and the count suits the op."""
     by_name = {s.name: s for s in specs}
+    names = [n for n, _, _ in inputs]
     for i, s in enumerate(specs):
         if not s.inputs_given:
-            s.inputs = [specs[i - 1].name if i else "input"]
+            if not i and len(names) > 1:
+                raise s.where.error("inputs", f"the network has {len(names)} inputs "
+                                              f"({', '.join(names)}); name the ones the first "
+                                              f"layer reads, e.g. `inputs: [{names[0]}]`")
+            s.inputs = [specs[i - 1].name if i else names[0]]
         for n in s.inputs:
-            if n != "input" and n not in by_name:
-                raise s.where.error("inputs", f"unknown input '{n}'; use 'input' or the name "
-                                              f"of a layer in this file")
+            if n not in names and n not in by_name:
+                use = (f"'{names[0]}'" if len(names) == 1 else
+                       "a network input (" + ", ".join(names) + ")")
+                raise s.where.error("inputs", f"unknown input '{shown(n)}'; use {use} or the "
+                                              f"name of a layer in this file")
         arity = ops.ARITY[s.op]
         if arity is None and len(s.inputs) < 2:
             raise s.where.error("inputs", f"op '{s.op}' needs two or more inputs; list them "
@@ -486,10 +549,21 @@ def _link_inputs(specs):
                                           f"got {len(s.inputs)}")
 
 
-def _toposort(specs):
+def _check_inputs_read(specs, inputs, where):
+    """Every network input is read by some layer: an input nobody reads is a mistake (a
+    misspelt name, a layer left out), and the library would take data it never uses."""
+    read = {n for s in specs for n in s.inputs}
+    for n, _, line in inputs:
+        if n not in read:
+            raise SpecError(f"no layer reads the input '{n}'; name it in a layer's `inputs:` "
+                            f"or remove it", file=where.file, line=line, key=shown(n))
+
+
+def _toposort(specs, inputs):
     """Kahn's algorithm, always taking the earliest ready layer in file order (stable)."""
     by_name = {s.name: s for s in specs}
-    waiting = {s.name: {n for n in s.inputs if n != "input"} for s in specs}
+    names = {n for n, _, _ in inputs}
+    waiting = {s.name: {n for n in s.inputs if n not in names} for s in specs}
     users = {s.name: [] for s in specs}
     for s in specs:
         for n in waiting[s.name]:
@@ -524,8 +598,8 @@ def _find_cycle(start, by_name, waiting):
     return path[pos[s.name]:]
 
 
-def _infer_shapes(order, input_shape):
-    shapes = {"input": input_shape}
+def _infer_shapes(order, inputs):
+    shapes = {n: shape for n, shape, _ in inputs}
     layers = []
     for s in order:
         in_shapes = [shapes[n] for n in s.inputs]

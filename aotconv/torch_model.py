@@ -45,8 +45,13 @@ def build(net, params, device="cpu"):
             k = self.keys.get((layer.name, tensor))
             return self.tensors[k] if k is not None else None
 
-        def forward(self, x):
-            values = {"input": x}
+        def forward(self, *xs):
+            # one tensor per network input, in order (a network of one takes forward(x))
+            names = self.net.input_names
+            if len(xs) != len(names):
+                raise TypeError(f"network '{self.net.name}' takes {len(names)} inputs "
+                                f"({', '.join(names)}), got {len(xs)}")
+            values = dict(zip(names, xs))
             for layer in self.net.layers:
                 ins = [values[i] for i in layer.inputs]
                 values[layer.name] = self.layer(layer, ins)

@@ -35,6 +35,12 @@
 #define aotrt_run_n AOTRT_SYM(run_n)
 #define aotrt_run_async_n AOTRT_SYM(run_async_n)
 #define aotrt_run_buffers_n AOTRT_SYM(run_buffers_n)
+#define aotrt_run_inputs AOTRT_SYM(run_inputs)
+#define aotrt_run_async_inputs AOTRT_SYM(run_async_inputs)
+#define aotrt_run_buffers_inputs AOTRT_SYM(run_buffers_inputs)
+#define aotrt_run_inputs_n AOTRT_SYM(run_inputs_n)
+#define aotrt_run_async_inputs_n AOTRT_SYM(run_async_inputs_n)
+#define aotrt_run_buffers_inputs_n AOTRT_SYM(run_buffers_inputs_n)
 #define aotrt_wait AOTRT_SYM(wait)
 #define aotrt_profile AOTRT_SYM(profile)
 #define aotrt_host_buffers AOTRT_SYM(host_buffers)
@@ -150,7 +156,8 @@ typedef struct {
  * table. The sizes share the buffers (aotconv/batches.py) and run one at a time. */
 typedef struct {
     size_t batch;
-    aotrt_io input;           /* batch samples */
+    const aotrt_io *inputs;   /* desc.ninputs of them, in input order, batch samples each */
+    size_t input_count;       /* their sum */
     const aotrt_io *outputs;  /* desc.noutputs of them, batch samples each */
     size_t output_count;      /* their sum */
     int first_launch;         /* its launches: [first_launch, first_launch + nlaunches) */
@@ -183,6 +190,8 @@ typedef struct {
     int nlaunches;
     const aotrt_launch *launches;
     int nrun;                     /* run-phase launches of all sizes (profile entries) */
+    int ninputs;                  /* 1, or the several inputs of the network, in order */
+    const char *const *input_names;
     int noutputs;
     int nsizes;                   /* 1, or the batch sizes of a ranged library */
     const aotrt_size *sizes;      /* in increasing batch order; run() runs the last */
@@ -233,7 +242,8 @@ typedef struct aotrt_net {
     unsigned char *ran;       /* per size: AOTRT_RAN_* (profile() reads completed sizes) */
     int pending;              /* run_async / run_buffers enqueued, not yet waited for */
     cl_event done;            /* the last command of the run in flight */
-    cl_mem host_mem[2];       /* pinned host memory for one input and one output, on request */
+    cl_mem host_mem[2];       /* pinned host memory for the inputs (one after another) and the
+                                 outputs, on request */
     float *host_ptr[2];       /* their mappings, valid until destroy */
     size_t stage_bytes;       /* bytes per staging slot; 0: run() does not stage */
     int stage_slots;
@@ -260,6 +270,23 @@ int aotrt_run_n(aotrt_net *n, size_t samples, const float *input, size_t input_c
 int aotrt_run_async_n(aotrt_net *n, size_t samples, const float *input, size_t input_count,
                       float *output, size_t output_count);
 int aotrt_run_buffers_n(aotrt_net *n, size_t samples, cl_mem input, cl_mem output);
+/* The same calls with every input of the network: inputs[i] of counts[i] floats (cl_mem
+ * inputs[i]), n_inputs the network's number of inputs; the calls above take a network of one
+ * input only. */
+int aotrt_run_inputs(aotrt_net *n, const float *const inputs[], const size_t counts[],
+                     size_t n_inputs, float *output, size_t output_count);
+int aotrt_run_async_inputs(aotrt_net *n, const float *const inputs[], const size_t counts[],
+                           size_t n_inputs, float *output, size_t output_count);
+int aotrt_run_buffers_inputs(aotrt_net *n, const cl_mem inputs[], size_t n_inputs,
+                             cl_mem output);
+int aotrt_run_inputs_n(aotrt_net *n, size_t samples, const float *const inputs[],
+                       const size_t counts[], size_t n_inputs, float *output,
+                       size_t output_count);
+int aotrt_run_async_inputs_n(aotrt_net *n, size_t samples, const float *const inputs[],
+                             const size_t counts[], size_t n_inputs, float *output,
+                             size_t output_count);
+int aotrt_run_buffers_inputs_n(aotrt_net *n, size_t samples, const cl_mem inputs[],
+                               size_t n_inputs, cl_mem output);
 int aotrt_wait(aotrt_net *n);
 int aotrt_profile(aotrt_net *n, double *ms, size_t count);
 int aotrt_host_buffers(aotrt_net *n, float **input, float **output);

@@ -412,7 +412,7 @@ int aotrt_memory(const aotrt_net *n, aotrt_memory_info *info)
         info->device_bytes += b;
     }
     if (n->host_ptr[0])
-        info->pinned_bytes += aotrt_largest(d)->input.count * sizeof(float);
+        info->pinned_bytes += aotrt_largest(d)->input_count * sizeof(float);
     if (n->host_ptr[1])
         info->pinned_bytes += aotrt_largest(d)->output_count * sizeof(float);
     info->pinned_bytes += (size_t)n->stage_slots * n->stage_bytes;
@@ -424,11 +424,12 @@ const char *aotrt_last_error(const aotrt_net *n)
     return n ? n->error : aotrt_global_error();
 }
 
-/* Pinned (page-locked) host memory the size of the input and of the output: a buffer allocated
- * by the driver in host memory (CL_MEM_ALLOC_HOST_PTR) and mapped once. run() given these
- * pointers copies by DMA on drivers that recognise pinned memory (NVIDIA's), without the
- * staging copy that pageable memory needs; elsewhere it costs nothing. Allocated on the first
- * call, then the same pointers; released by destroy. */
+/* Pinned (page-locked) host memory the size of the inputs (all of them, one after another)
+ * and of the outputs: a buffer allocated by the driver in host memory (CL_MEM_ALLOC_HOST_PTR)
+ * and mapped once. run() given these pointers (run_inputs: pointers into the inputs' block)
+ * copies by DMA on drivers that recognise pinned memory (NVIDIA's), without the staging copy
+ * that pageable memory needs; elsewhere it costs nothing. Allocated on the first call, then
+ * the same pointers; released by destroy. */
 int aotrt_host_buffers(aotrt_net *n, float **input, float **output)
 {
     if (!n)
@@ -437,7 +438,7 @@ int aotrt_host_buffers(aotrt_net *n, float **input, float **output)
     if (!input && !output)
         return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
                                "%s_host_buffers: input and output are both NULL", d->net);
-    const size_t counts[2] = {aotrt_largest(d)->input.count, aotrt_largest(d)->output_count};
+    const size_t counts[2] = {aotrt_largest(d)->input_count, aotrt_largest(d)->output_count};
     const char *what[2] = {"input", "output"};
     for (int i = 0; i < 2; ++i) {
         if (n->host_ptr[i])

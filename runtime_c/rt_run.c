@@ -1,8 +1,9 @@
 /* Running the network: run() (blocking, staged through pinned memory), run_async() and
  * run_buffers() (enqueue and return), wait(); run_n(), run_async_n() and run_buffers_n() for
- * any number of samples up to the largest batch size.
+ * any number of samples up to the largest batch size; the _inputs twins of all six for a
+ * network of several inputs (the calls without take a network of one input only).
  *
- * Every run is: the input into the input buffer of one batch size (the samples given, zeros
+ * Every run is: each input into its input buffer of one batch size (the samples given, zeros
  * after them), that size's run-phase launches in order, the given samples' outputs out of its
  * buffers, on the handle's in-order queue, with no host synchronisation in between. run()
  * and its twins run the largest size with all its samples.
@@ -15,6 +16,7 @@
  */
 #include "aotconv_rt.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -40,7 +42,9 @@ int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o)
     if (chunk < 0)
         return AOTRT_OK;
     const aotrt_size *z = aotrt_largest(d);
-    size_t most = z->input.count > z->output_count ? z->input.count : z->output_count;
+    size_t most = z->output_count;
+    for (int i = 0; i < d->ninputs; ++i)
+        most = z->inputs[i].count > most ? z->inputs[i].count : most;
     most *= sizeof(float);
     if (!most)
         return AOTRT_OK;
@@ -77,9 +81,9 @@ typedef struct {
     int by_n;                 /* a call that took n: its messages say so */
 } run_of;
 
-static size_t in_floats(const run_of *r)
+static size_t in_floats(const run_of *r, int i)
 {
-    return r->samples * (r->z->input.count / r->z->batch);
+    return r->samples * (r->z->inputs[i].count / r->z->batch);
 }
 
 static size_t out_floats(const run_of *r, int o)
@@ -126,21 +130,83 @@ static int pick(aotrt_net *n, const char *call, size_t samples, run_of *r)
                            aotrt_largest(d)->batch, sizes);
 }
 
-static int check_run(aotrt_net *n, const char *call, const run_of *r, const float *input,
-                     size_t input_count, float *output, size_t output_count)
+/* The network's input names, "a, b, c", cut with "..." to fit `size`. */
+static const char *input_names(const aotrt_desc *d, char *buf, size_t size)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < d->ninputs; ++i) {
+        size_t len = strlen(d->input_names[i]);
+        if (at + len + 8 > size) {
+            snprintf(buf + at, size - at, "%s...", i ? ", " : "");
+            break;
+        }
+        at += (size_t)snprintf(buf + at, size - at, "%s%s", i ? ", " : "", d->input_names[i]);
+    }
+    return buf;
+}
+
+/* A call that takes one input (`call`), on a network of several: an error naming the call
+ * that takes them all (`twin`). */
+static int one_input(aotrt_net *n, const char *call, const char *twin)
 {
     const aotrt_desc *d = n->desc;
-    char per[96] = "";
-    if (!input || !output)
-        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: %s is NULL", d->net, call,
-                               input ? "output" : "input");
-    if (input_count != in_floats(r)) {
-        if (r->by_n)
-            snprintf(per, sizeof per, " (%zu samples of %zu)", r->samples,
-                     in_floats(r) / r->samples);
-        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
-                               "%s_%s: input has %zu floats, expected %zu%s", d->net, call,
-                               input_count, in_floats(r), per);
+    if (d->ninputs == 1)
+        return AOTRT_OK;
+    char names[512];
+    return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: the network has %d inputs (%s); "
+                           "call %s_%s with all of them", d->net, call, d->ninputs,
+                           input_names(d, names, sizeof names), d->net, twin);
+}
+
+/* The inputs array of an _inputs call: as many as the network has. */
+static int check_ninputs(aotrt_net *n, const char *call, const void *inputs, size_t n_inputs)
+{
+    const aotrt_desc *d = n->desc;
+    char names[512];
+    if (!inputs)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: inputs is NULL", d->net, call);
+    if (n_inputs != (size_t)d->ninputs)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: n_inputs is %zu; the network "
+                               "has %d input%s (%s)", d->net, call, n_inputs, d->ninputs,
+                               d->ninputs == 1 ? "" : "s", input_names(d, names, sizeof names));
+    return AOTRT_OK;
+}
+
+/* Where an input is named in a message: "input" for a network of one, else "input 1 ('b')". */
+static const char *input_label(const aotrt_desc *d, int i, char *buf, size_t size)
+{
+    if (d->ninputs == 1)
+        snprintf(buf, size, "input");
+    else
+        snprintf(buf, size, "input %d ('%s')", i, d->input_names[i]);
+    return buf;
+}
+
+static int check_run(aotrt_net *n, const char *call, const run_of *r,
+                     const float *const *inputs, const size_t *counts, float *output,
+                     size_t output_count)
+{
+    const aotrt_desc *d = n->desc;
+    char per[96] = "", what[200];
+    if (!counts)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: counts is NULL", d->net, call);
+    for (int i = 0; i < d->ninputs; ++i)
+        if (!inputs[i])
+            return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: %s is NULL", d->net, call,
+                                   input_label(d, i, what, sizeof what));
+    if (!output)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_%s: output is NULL", d->net, call);
+    for (int i = 0; i < d->ninputs; ++i) {
+        if (counts[i] != in_floats(r, i)) {
+            if (r->by_n)
+                snprintf(per, sizeof per, " (%zu samples of %zu)", r->samples,
+                         in_floats(r, i) / r->samples);
+            return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
+                                   "%s_%s: %s has %zu floats, expected %zu%s", d->net, call,
+                                   input_label(d, i, what, sizeof what), counts[i],
+                                   in_floats(r, i), per);
+        }
     }
     if (output_count != out_total(r)) {
         if (r->by_n)
@@ -330,12 +396,11 @@ static int staged_read(aotrt_net *n, const run_of *r, unsigned char *dst)
     return e == CL_SUCCESS ? AOTRT_OK : FAIL(n, e, "the staged output read");
 }
 
-/* Non-staged transfers: the input written from `input`, the outputs read into `output`;
+/* Non-staged transfers: an input written from host memory, the outputs read into `output`;
  * `last` receives the event of the last read when not NULL (else the last read blocks). */
-static int direct_write(aotrt_net *n, const run_of *r, const float *input)
+static int direct_write(aotrt_net *n, cl_mem buf, const float *src, size_t bytes)
 {
-    cl_int e = clEnqueueWriteBuffer(n->queue, n->buffers[r->z->input.buffer], CL_FALSE, 0,
-                                    in_floats(r) * sizeof(float), input, 0, NULL, NULL);
+    cl_int e = clEnqueueWriteBuffer(n->queue, buf, CL_FALSE, 0, bytes, src, 0, NULL, NULL);
     return e == CL_SUCCESS ? AOTRT_OK : FAIL(n, e, "clEnqueueWriteBuffer of the input");
 }
 
@@ -356,39 +421,55 @@ static int direct_read(aotrt_net *n, const run_of *r, float *output, cl_event *l
     return AOTRT_OK;
 }
 
-/* The samples of the size after the run's: zeros, so that the size computes on defined input
- * (their outputs are not returned). */
-static int pad_input(aotrt_net *n, const run_of *r)
+/* The samples of the size after the run's, in input i's buffer: zeros, so that the size
+ * computes on defined input (their outputs are not returned). */
+static int pad_input(aotrt_net *n, const run_of *r, int i)
 {
-    size_t used = in_floats(r) * sizeof(float), all = r->z->input.count * sizeof(float);
+    size_t used = in_floats(r, i) * sizeof(float), all = r->z->inputs[i].count * sizeof(float);
     if (used == all)
         return AOTRT_OK;
     const cl_float zero = 0.0f;
-    cl_int e = clEnqueueFillBuffer(n->queue, n->buffers[r->z->input.buffer], &zero, sizeof zero,
-                                   used, all - used, 0, NULL, NULL);
+    cl_int e = clEnqueueFillBuffer(n->queue, n->buffers[r->z->inputs[i].buffer], &zero,
+                                   sizeof zero, used, all - used, 0, NULL, NULL);
     return e == CL_SUCCESS ? AOTRT_OK : FAIL(n, e, "clEnqueueFillBuffer of the input's padding");
+}
+
+/* Does [p, p + count) lie in the handle's pinned memory for the inputs (host_buffers)? */
+static int pinned_input(const aotrt_net *n, const float *p, size_t count)
+{
+    if (!n->host_ptr[0])
+        return 0;
+    /* as addresses: the pointers may belong to different objects */
+    uintptr_t base = (uintptr_t)n->host_ptr[0], at = (uintptr_t)p;
+    size_t all = aotrt_largest(n->desc)->input_count * sizeof(float);
+    return at >= base && at - base <= all && count * sizeof(float) <= all - (at - base);
 }
 
 /* One run from and into host memory: blocking (run, run_n: staged through the pinned ring
  * unless given the handle's pinned buffers; returns with the output) or not (run_async,
  * run_async_n: enqueued; wait() ends it). */
-static int run_host(aotrt_net *n, const char *call, const run_of *r, const float *input,
-                    size_t input_count, float *output, size_t output_count, int blocking)
+static int run_host(aotrt_net *n, const char *call, const run_of *r,
+                    const float *const *inputs, const size_t *counts, float *output,
+                    size_t output_count, int blocking)
 {
-    int rc = check_run(n, call, r, input, input_count, output, output_count);
+    const aotrt_desc *d = n->desc;
+    int rc = check_run(n, call, r, inputs, counts, output, output_count);
     if (rc)
         return rc;
-    int stage_in = blocking && n->stage_ptr && input != n->host_ptr[0];
-    int stage_out = blocking && n->stage_ptr && output != n->host_ptr[1];
-    rc = stage_in ? staged_write(n, n->buffers[r->z->input.buffer], (const unsigned char *)input,
-                                 in_floats(r) * sizeof(float))
-                  : direct_write(n, r, input);
-    if (!rc)
-        rc = pad_input(n, r);
+    for (int i = 0; i < d->ninputs && !rc; ++i) {
+        cl_mem buf = n->buffers[r->z->inputs[i].buffer];
+        size_t bytes = in_floats(r, i) * sizeof(float);
+        int stage = blocking && n->stage_ptr && !pinned_input(n, inputs[i], in_floats(r, i));
+        rc = stage ? staged_write(n, buf, (const unsigned char *)inputs[i], bytes)
+                   : direct_write(n, buf, inputs[i], bytes);
+        if (!rc)
+            rc = pad_input(n, r, i);
+    }
     if (rc)
         return rc;
     if ((rc = enqueue_kernels(n, r->size)))
         return abandon(n, rc);
+    int stage_out = blocking && n->stage_ptr && output != n->host_ptr[1];
     cl_event last = NULL;
     rc = stage_out ? staged_read(n, r, (unsigned char *)output)
                    : direct_read(n, r, output, blocking ? NULL : &last);
@@ -396,40 +477,78 @@ static int run_host(aotrt_net *n, const char *call, const run_of *r, const float
 }
 
 /* The calls from host memory: run and run_async (by_n 0: the largest size, every sample),
- * run_n and run_async_n (`samples` of them). */
-static int host_call(aotrt_net *n, const char *call, int by_n, size_t samples,
-                     const float *input, size_t input_count, float *output, size_t output_count,
-                     int blocking)
+ * run_n and run_async_n (`samples` of them); `twin` NULL for an _inputs call (every input),
+ * else the _inputs call a network of several inputs needs instead. */
+static int host_call(aotrt_net *n, const char *call, const char *twin, int by_n,
+                     size_t samples, const float *const *inputs, const size_t *counts,
+                     size_t n_inputs, float *output, size_t output_count, int blocking)
 {
     if (!n)
         return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s: net is NULL", call);
+    int rc = twin ? one_input(n, call, twin) : check_ninputs(n, call, inputs, n_inputs);
+    if (rc)
+        return rc;
     run_of r = whole(n);
-    int rc = by_n ? pick(n, call, samples, &r) : AOTRT_OK;
-    return rc ? rc : run_host(n, call, &r, input, input_count, output, output_count, blocking);
+    rc = by_n ? pick(n, call, samples, &r) : AOTRT_OK;
+    return rc ? rc : run_host(n, call, &r, inputs, counts, output, output_count, blocking);
 }
 
 int aotrt_run(aotrt_net *n, const float *input, size_t input_count, float *output,
               size_t output_count)
 {
-    return host_call(n, "run", 0, 0, input, input_count, output, output_count, 1);
+    return host_call(n, "run", "run_inputs", 0, 0, &input, &input_count, 1, output,
+                     output_count, 1);
 }
 
 int aotrt_run_async(aotrt_net *n, const float *input, size_t input_count, float *output,
                     size_t output_count)
 {
-    return host_call(n, "run_async", 0, 0, input, input_count, output, output_count, 0);
+    return host_call(n, "run_async", "run_async_inputs", 0, 0, &input, &input_count, 1, output,
+                     output_count, 0);
 }
 
 int aotrt_run_n(aotrt_net *n, size_t samples, const float *input, size_t input_count,
                 float *output, size_t output_count)
 {
-    return host_call(n, "run_n", 1, samples, input, input_count, output, output_count, 1);
+    return host_call(n, "run_n", "run_inputs_n", 1, samples, &input, &input_count, 1, output,
+                     output_count, 1);
 }
 
 int aotrt_run_async_n(aotrt_net *n, size_t samples, const float *input, size_t input_count,
                       float *output, size_t output_count)
 {
-    return host_call(n, "run_async_n", 1, samples, input, input_count, output, output_count, 0);
+    return host_call(n, "run_async_n", "run_async_inputs_n", 1, samples, &input, &input_count,
+                     1, output, output_count, 0);
+}
+
+int aotrt_run_inputs(aotrt_net *n, const float *const inputs[], const size_t counts[],
+                     size_t n_inputs, float *output, size_t output_count)
+{
+    return host_call(n, "run_inputs", NULL, 0, 0, inputs, counts, n_inputs, output,
+                     output_count, 1);
+}
+
+int aotrt_run_async_inputs(aotrt_net *n, const float *const inputs[], const size_t counts[],
+                           size_t n_inputs, float *output, size_t output_count)
+{
+    return host_call(n, "run_async_inputs", NULL, 0, 0, inputs, counts, n_inputs, output,
+                     output_count, 0);
+}
+
+int aotrt_run_inputs_n(aotrt_net *n, size_t samples, const float *const inputs[],
+                       const size_t counts[], size_t n_inputs, float *output,
+                       size_t output_count)
+{
+    return host_call(n, "run_inputs_n", NULL, 1, samples, inputs, counts, n_inputs, output,
+                     output_count, 1);
+}
+
+int aotrt_run_async_inputs_n(aotrt_net *n, size_t samples, const float *const inputs[],
+                             const size_t counts[], size_t n_inputs, float *output,
+                             size_t output_count)
+{
+    return host_call(n, "run_async_inputs_n", NULL, 1, samples, inputs, counts, n_inputs,
+                     output, output_count, 0);
 }
 
 /* A buffer of the application's: of the handle's context and at least `bytes` long. */
@@ -458,10 +577,15 @@ static int check_mem(aotrt_net *n, const char *call, cl_mem m, const char *what,
 }
 
 /* One run from and into the application's buffers: device copies of the run's samples. */
-static int run_mem(aotrt_net *n, const char *call, const run_of *r, cl_mem input, cl_mem output)
+static int run_mem(aotrt_net *n, const char *call, const run_of *r, const cl_mem *inputs,
+                   cl_mem output)
 {
     const aotrt_desc *d = n->desc;
-    int rc = check_mem(n, call, input, "input", in_floats(r) * sizeof(float));
+    char what[200];
+    int rc = AOTRT_OK;
+    for (int i = 0; i < d->ninputs && !rc; ++i)
+        rc = check_mem(n, call, inputs[i], input_label(d, i, what, sizeof what),
+                       in_floats(r, i) * sizeof(float));
     if (!rc)
         rc = check_mem(n, call, output, "output", out_total(r) * sizeof(float));
     if (rc)
@@ -469,12 +593,15 @@ static int run_mem(aotrt_net *n, const char *call, const run_of *r, cl_mem input
     if (!n->params_set)
         return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_%s: parameters are not set; "
                                "call set_params or load_params first", d->net, call);
-    cl_int e = clEnqueueCopyBuffer(n->queue, input, n->buffers[r->z->input.buffer], 0, 0,
-                                   in_floats(r) * sizeof(float), 0, NULL, NULL);
-    if (e != CL_SUCCESS)
-        return FAIL(n, e, "clEnqueueCopyBuffer of the input");
-    if ((rc = pad_input(n, r)))
-        return rc;
+    cl_int e;
+    for (int i = 0; i < d->ninputs; ++i) {
+        e = clEnqueueCopyBuffer(n->queue, inputs[i], n->buffers[r->z->inputs[i].buffer], 0, 0,
+                                in_floats(r, i) * sizeof(float), 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            return FAIL(n, e, "clEnqueueCopyBuffer of the input");
+        if ((rc = pad_input(n, r, i)))
+            return rc;
+    }
     if ((rc = enqueue_kernels(n, r->size)))
         return abandon(n, rc);
     cl_event last = NULL;
@@ -490,21 +617,41 @@ static int run_mem(aotrt_net *n, const char *call, const run_of *r, cl_mem input
     return enqueued(n, last);
 }
 
-int aotrt_run_buffers(aotrt_net *n, cl_mem input, cl_mem output)
+/* The calls from the application's buffers: run_buffers (by_n 0: the largest size) and
+ * run_buffers_n; `twin` as for host_call. */
+static int mem_call(aotrt_net *n, const char *call, const char *twin, int by_n, size_t samples,
+                    const cl_mem *inputs, size_t n_inputs, cl_mem output)
 {
     if (!n)
-        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run_buffers: net is NULL");
+        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s: net is NULL", call);
+    int rc = twin ? one_input(n, call, twin) : check_ninputs(n, call, inputs, n_inputs);
+    if (rc)
+        return rc;
     run_of r = whole(n);
-    return run_mem(n, "run_buffers", &r, input, output);
+    rc = by_n ? pick(n, call, samples, &r) : AOTRT_OK;
+    return rc ? rc : run_mem(n, call, &r, inputs, output);
+}
+
+int aotrt_run_buffers(aotrt_net *n, cl_mem input, cl_mem output)
+{
+    return mem_call(n, "run_buffers", "run_buffers_inputs", 0, 0, &input, 1, output);
 }
 
 int aotrt_run_buffers_n(aotrt_net *n, size_t samples, cl_mem input, cl_mem output)
 {
-    if (!n)
-        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "run_buffers_n: net is NULL");
-    run_of r;
-    int rc = pick(n, "run_buffers_n", samples, &r);
-    return rc ? rc : run_mem(n, "run_buffers_n", &r, input, output);
+    return mem_call(n, "run_buffers_n", "run_buffers_inputs_n", 1, samples, &input, 1, output);
+}
+
+int aotrt_run_buffers_inputs(aotrt_net *n, const cl_mem inputs[], size_t n_inputs,
+                             cl_mem output)
+{
+    return mem_call(n, "run_buffers_inputs", NULL, 0, 0, inputs, n_inputs, output);
+}
+
+int aotrt_run_buffers_inputs_n(aotrt_net *n, size_t samples, const cl_mem inputs[],
+                               size_t n_inputs, cl_mem output)
+{
+    return mem_call(n, "run_buffers_inputs_n", NULL, 1, samples, inputs, n_inputs, output);
 }
 
 int aotrt_wait(aotrt_net *n)

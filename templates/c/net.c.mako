@@ -80,6 +80,11 @@ static const aotrt_launch launches[] = {
 };
 
 % for i, z in enumerate(sizes):
+static const aotrt_io inputs_${i}[] = {
+% for b, c in z.inputs:
+    {${b}, ${c}u},
+% endfor
+};
 static const aotrt_io outputs_${i}[] = {
 % for b, c in z.outputs:
     {${b}, ${c}u},
@@ -87,13 +92,16 @@ static const aotrt_io outputs_${i}[] = {
 };
 % endfor
 
-/* The batch sizes: each its input and outputs and its rows of the launch table (run() runs
+/* The batch sizes: each its inputs and outputs and its rows of the launch table (run() runs
  * the last; run_n the smallest that holds n samples). */
 static const aotrt_size sizes[] = {
 % for i, z in enumerate(sizes):
-    {${z.batch}u, {${z.input[0]}, ${z.input[1]}u}, outputs_${i}, ${z.output_count}u, ${z.first_launch}, ${z.nlaunches}, ${z.first_run}, ${z.nrun}},
+    {${z.batch}u, inputs_${i}, ${sum(c for _, c in z.inputs)}u, outputs_${i}, ${z.output_count}u, ${z.first_launch}, ${z.nlaunches}, ${z.first_run}, ${z.nrun}},
 % endfor
 };
+
+/* The network's inputs, in the order of run_inputs. */
+static const char *const input_names[] = {${", ".join(cstr(n) for n in input_names)}};
 
 static const size_t batch_sizes[] = {${", ".join(f"{z.batch}u" for z in sizes)}};
 
@@ -106,6 +114,7 @@ static const aotrt_desc desc = {
     ${len(params)}, ${"params" if params else "0"}, ${param_count}u,
     ${len(folds)}, ${"folds" if folds else "0"},
     ${len(launches)}, launches, ${kernel_count},
+    ${len(input_names)}, input_names,
     ${noutputs}, ${len(sizes)}, sizes,
 };
 
@@ -189,6 +198,54 @@ int aotconv_${name}_run_async_n(aotconv_${name} *net, size_t n, const float *inp
 int aotconv_${name}_run_buffers_n(aotconv_${name} *net, size_t n, cl_mem input, cl_mem output)
 {
     return aotrt_run_buffers_n((aotrt_net *)net, n, input, output);
+}
+
+int aotconv_${name}_run_inputs(aotconv_${name} *net, const float *const inputs[],
+                         const size_t counts[], size_t n_inputs, float *output,
+                         size_t output_count)
+{
+    return aotrt_run_inputs((aotrt_net *)net, inputs, counts, n_inputs, output, output_count);
+}
+
+int aotconv_${name}_run_async_inputs(aotconv_${name} *net, const float *const inputs[],
+                               const size_t counts[], size_t n_inputs, float *output,
+                               size_t output_count)
+{
+    return aotrt_run_async_inputs((aotrt_net *)net, inputs, counts, n_inputs, output,
+                                  output_count);
+}
+
+int aotconv_${name}_run_buffers_inputs(aotconv_${name} *net, const cl_mem inputs[], size_t n_inputs,
+                                 cl_mem output)
+{
+    return aotrt_run_buffers_inputs((aotrt_net *)net, inputs, n_inputs, output);
+}
+
+int aotconv_${name}_run_inputs_n(aotconv_${name} *net, size_t n, const float *const inputs[],
+                           const size_t counts[], size_t n_inputs, float *output,
+                           size_t output_count)
+{
+    return aotrt_run_inputs_n((aotrt_net *)net, n, inputs, counts, n_inputs, output,
+                              output_count);
+}
+
+int aotconv_${name}_run_async_inputs_n(aotconv_${name} *net, size_t n, const float *const inputs[],
+                                 const size_t counts[], size_t n_inputs, float *output,
+                                 size_t output_count)
+{
+    return aotrt_run_async_inputs_n((aotrt_net *)net, n, inputs, counts, n_inputs, output,
+                                    output_count);
+}
+
+int aotconv_${name}_run_buffers_inputs_n(aotconv_${name} *net, size_t n, const cl_mem inputs[],
+                                   size_t n_inputs, cl_mem output)
+{
+    return aotrt_run_buffers_inputs_n((aotrt_net *)net, n, inputs, n_inputs, output);
+}
+
+const char *aotconv_${name}_input_name(size_t i)
+{
+    return i < sizeof input_names / sizeof input_names[0] ? input_names[i] : 0;
 }
 
 size_t aotconv_${name}_batch_sizes(const size_t **sizes)

@@ -3,7 +3,7 @@
  *
  * Use:  aotconv_${name}_create (or create_with_queue on the application's OpenCL queue)
  *       -> set_params or load_params -> run / run_async + wait / run_buffers (repeatedly)
- *       -> destroy.
+ *       -> destroy.${"" if len(inputs) == 1 else " The network has %d inputs: the run calls are the _inputs twins (run_inputs, ...): run() and the calls of one input return ERR_ARGUMENT." % len(inputs)}
  * Every call returns 0 on success or a negative AOTCONV_${NAME}_ERR_* code; the message is in
  * aotconv_${name}_last_error(net) (or last_error(NULL) when create failed). No call aborts or
  * prints. A handle must be used by one thread at a time; distinct handles are independent.
@@ -26,7 +26,11 @@
 extern "C" {
 #endif
 
+% if len(inputs) == 1:
 #define AOTCONV_${NAME}_INPUT_COUNT ${input_count}u    /* float32, NCHW ${"x".join(map(str, input_shape))} */
+% else:
+#define AOTCONV_${NAME}_INPUT_COUNT ${input_count}u    /* all ${len(inputs)} inputs together (INPUT_COUNTS below) */
+% endif
 #define AOTCONV_${NAME}_OUTPUT_COUNT ${output_count}u   /* ${comment(outputs_doc)} */
 #define AOTCONV_${NAME}_PARAM_COUNT ${param_count}u
 #define AOTCONV_${NAME}_KERNEL_COUNT ${kernel_count}u   /* entries of profile() */
@@ -37,9 +41,30 @@ extern "C" {
 #define AOTCONV_${NAME}_BATCH_SIZES {${", ".join(f"{b}u" for b in batch_sizes)}}
 #define AOTCONV_${NAME}_BATCH_COUNT ${len(batch_sizes)}u
 #define AOTCONV_${NAME}_BATCH_MAX ${batch_sizes[-1]}u
+% if len(inputs) == 1:
 #define AOTCONV_${NAME}_INPUT_SAMPLE_COUNT ${input_sample}u    /* floats of one sample's input */
+% else:
+#define AOTCONV_${NAME}_INPUT_SAMPLE_COUNT ${input_sample}u    /* floats of one sample of every input */
+% endif
 #define AOTCONV_${NAME}_OUTPUT_SAMPLE_COUNT ${output_sample}u   /* and of its outputs */
 #define AOTCONV_${NAME}_KERNEL_COUNTS {${", ".join(f"{k}u" for k in kernel_counts)}}  /* profile() entries per size, in order */
+
+/* Inputs, in the order run_inputs takes them (float32, NCHW, BATCH_MAX samples; INPUT_OFFSETS
+ * place them one after another in host_buffers' input memory). A network of one input runs
+ * with run() and its twins, or run_inputs with n_inputs 1; one of several with run_inputs and
+ * its twins only. */
+#define AOTCONV_${NAME}_INPUTS ${len(inputs)}u
+#define AOTCONV_${NAME}_INPUT_NAMES {${", ".join(cstr(i["name"]) for i in inputs)}}
+#define AOTCONV_${NAME}_INPUT_COUNTS {${", ".join(f'{i["count"]}u' for i in inputs)}}
+#define AOTCONV_${NAME}_INPUT_SAMPLE_COUNTS {${", ".join(f'{i["sample"]}u' for i in inputs)}}
+#define AOTCONV_${NAME}_INPUT_OFFSETS {${", ".join(f'{i["offset"]}u' for i in inputs)}}
+#define AOTCONV_${NAME}_INPUT_SHAPES {${", ".join("{" + ", ".join(f"{d}u" for d in i["shape"]) + "}" for i in inputs)}}  /* N, C, H, W */
+% for k, i in enumerate(inputs):
+#define AOTCONV_${NAME}_INPUT_${k}_COUNT ${i["count"]}u    /* ${comment(i["name"])}: ${"x".join(map(str, i["shape"]))} */
+#define AOTCONV_${NAME}_INPUT_${k}_SAMPLE_COUNT ${i["sample"]}u
+#define AOTCONV_${NAME}_INPUT_${k}_OFFSET ${i["offset"]}u
+#define AOTCONV_${NAME}_INPUT_INDEX_${i["macro"]} ${k}u
+% endfor
 
 /* Device memory create() allocates, in bytes (memory() gives the same and the pinned host
  * memory held): */
@@ -129,6 +154,28 @@ AOTCONV_${NAME}_API int aotconv_${name}_run_async_n(aotconv_${name} *net, size_t
                   size_t input_count, float *output, size_t output_count);
 AOTCONV_${NAME}_API int aotconv_${name}_run_buffers_n(aotconv_${name} *net, size_t n, cl_mem input,
                   cl_mem output);
+/* run, run_async, run_buffers, run_n, run_async_n and run_buffers_n with every input of the
+ * network (docs/c-api.md, Several inputs): inputs[i] holds counts[i] floats of input i
+ * (INPUT_<i>_COUNT, or n * INPUT_<i>_SAMPLE_COUNT for the _n calls), n_inputs is INPUTS;
+ * run_buffers_inputs takes the application's cl_mem of each. A wrong n_inputs, a NULL input
+ * or a wrong count is ERR_ARGUMENT. host_buffers() gives pinned memory for all the inputs,
+ * input i at INPUT_<i>_OFFSET: run_inputs copies from there by DMA. */
+AOTCONV_${NAME}_API int aotconv_${name}_run_inputs(aotconv_${name} *net, const float *const inputs[],
+                  const size_t counts[], size_t n_inputs, float *output, size_t output_count);
+AOTCONV_${NAME}_API int aotconv_${name}_run_async_inputs(aotconv_${name} *net, const float *const inputs[],
+                  const size_t counts[], size_t n_inputs, float *output, size_t output_count);
+AOTCONV_${NAME}_API int aotconv_${name}_run_buffers_inputs(aotconv_${name} *net, const cl_mem inputs[],
+                  size_t n_inputs, cl_mem output);
+AOTCONV_${NAME}_API int aotconv_${name}_run_inputs_n(aotconv_${name} *net, size_t n,
+                  const float *const inputs[], const size_t counts[], size_t n_inputs,
+                  float *output, size_t output_count);
+AOTCONV_${NAME}_API int aotconv_${name}_run_async_inputs_n(aotconv_${name} *net, size_t n,
+                  const float *const inputs[], const size_t counts[], size_t n_inputs,
+                  float *output, size_t output_count);
+AOTCONV_${NAME}_API int aotconv_${name}_run_buffers_inputs_n(aotconv_${name} *net, size_t n,
+                  const cl_mem inputs[], size_t n_inputs, cl_mem output);
+/* the name of input i (INPUT_NAMES), or NULL when i is out of range */
+AOTCONV_${NAME}_API const char *aotconv_${name}_input_name(size_t i);
 /* The batch sizes (BATCH_SIZES): their number, and *sizes (when not NULL) pointed at them. */
 AOTCONV_${NAME}_API size_t aotconv_${name}_batch_sizes(const size_t **sizes);
 /* Block until the last run_async / run_buffers has ended (ERR_STATE when none is in flight). */
