@@ -12,6 +12,9 @@ the ISA's layout, exchanged in local memory, compute exactly the TF32 products.
 
 GPU (marker gpu, an NVIDIA device of compute capability 8.0 or newer): the inline PTX path,
 the same checks.
+
+Marked slow: three more shapes, five points of the space per shape, and a tf32 library built
+on PoCL through records (its header, report and --check against the TF32 model).
 """
 from dataclasses import replace
 import functools
@@ -135,6 +138,50 @@ def test_the_tf32_check_adds_the_allowance_to_the_fp32_tolerance():
         ref.check(want, precision="fp16")
 
 
+def test_the_summary_says_which_layers_compute_in_tf32():
+    from aotconv.choose import Choice
+    from aotconv.precision import summary
+    choices = {"c1": Choice("conv_mma", Config()), "p": Choice("pool_direct", Config()),
+               "c2": Choice("conv_igemm", Config()), "c3": Choice("conv_mma", Config())}
+    assert summary(choices, "tf32") == (
+        "tf32", "FP32 storage; TF32 tensor-core math with FP32 accumulation in 2 of 3 conv "
+                "layers (c1, c3); FP32 math everywhere else")
+    del choices["c1"], choices["c3"]
+    assert summary(choices) == ("fp32", "FP32 storage and math in every layer")
+    p, text = summary(choices, "tf32")
+    assert p == "fp32" and "--precision tf32 asked for TF32" in text and "none did" in text
+
+
+def test_the_tf32_model_of_a_network_rounds_the_folded_weights():
+    """network_reference: a conv with a batchnorm folded into it multiplies the folded weight
+    rounded to TF32; the layers not named stay exact."""
+    from aotconv.passes import optimise
+    from aotconv.precision import network_reference
+    from aotconv.reference import random_network_params, run_network
+    from aotconv.spec import network_from_dict
+    src = network_from_dict({"name": "n", "input": [1, 6, 7, 7], "layers": [
+        {"name": "c1", "op": "conv", "out": 8, "kernel": 3, "pad": 1, "bias": False},
+        {"name": "bn", "op": "batchnorm", "act": "relu"},
+        {"name": "c2", "op": "conv", "out": 4, "kernel": 1}]})
+    net = optimise(src)
+    assert net.layer("c1").fused == ["bn"]
+    prm = random_network_params(src, np.random.default_rng(3))
+    x = np.random.default_rng(4).standard_normal(src.input_shape).astype(np.float32)
+    assert np.array_equal(network_reference(src, net, x, prm, [])[0],
+                          run_network(src, x, prm)[0])
+    q = prm["bn"]
+    sc = q["gamma"].astype(np.float64) / np.sqrt(q["var"].astype(np.float64) + 1e-5)
+    w = round_tf32((prm["c1"]["weight"] * sc.reshape(-1, 1, 1, 1)).astype(np.float32))
+    b = ((0 - q["mean"].astype(np.float64)) * sc + q["beta"]).astype(np.float32)
+    a = dict(net.layer("c1").attrs)
+    y = reference.conv(round_tf32(x).astype(np.float64), w.astype(np.float64),
+                       b.astype(np.float64), a, net.layer("c1").out_shape)
+    want = reference.forward(src.layer("c2"), [y], prm["c2"])
+    got = network_reference(src, net, x, prm, ["c1"])[0]
+    assert np.allclose(got, want, rtol=0, atol=1e-12)
+    assert not np.allclose(got, run_network(src, x, prm)[0], rtol=0, atol=1e-6)
+
+
 # -- where conv_mma is offered ------------------------------------------------------------------
 
 def _mma_part(layer, target):
@@ -235,9 +282,15 @@ def emulated(monkeypatch):
     return replace(POCL, precision="tf32"), (ctx, queue)
 
 
+# the quick tier: a 1x1 with partial tiles in M, N and K, the 7x7 stride 2 pad 3, the fused
+# residual (the library test below adds a 3x3 at stride 1 and 2); the rest are slow
+QUICK = ("k1_partial_tiles", "k7_s2_p3", "k3_residual_relu")
+
+
 # one point each, cycling through the space's spread so the knobs all move (DBUF, PAD, BK,
 # warps along M and N); more points per shape are slow
-@pytest.mark.parametrize("lid", list(SHAPES))
+@pytest.mark.parametrize("lid", [lid if lid in QUICK else pytest.param(lid, marks=pytest.mark.slow)
+                                 for lid in SHAPES])
 def test_emulated_conv_mma_against_the_reference(emulated, lid):
     target, ctx = emulated
     layer, xs, prm = case(lid)
@@ -335,6 +388,7 @@ layers:
 """
 
 
+@pytest.mark.slow
 def test_a_tf32_library_says_so_and_checks_against_the_tf32_model(emulated, tmp_path,
                                                                   monkeypatch):
     """conv_mma recorded fastest for both convs (one with a batchnorm folded into it): the
