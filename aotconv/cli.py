@@ -192,9 +192,13 @@ def cmd_run(a):
     from .runtime import load
     with load(a.dir) as net:
         n = a.batch or net.batch_sizes[-1]
-        x = np.random.default_rng(a.seed).standard_normal(
-            (n,) + tuple(net.input_shape[1:])).astype(np.float32)
-        y = net(x)
+        rng = np.random.default_rng(a.seed)
+        xs = [rng.standard_normal((n,) + tuple(s[1:])).astype(np.float32)
+              for _, s in net.inputs]     # every input of the library, in order
+        y = net(*xs)
+        if len(xs) > 1:
+            print("random inputs: " + ", ".join(f"{t} {'x'.join(map(str, x.shape))}"
+                                               for (t, _), x in zip(net.inputs, xs)))
         ys = y if isinstance(y, list) else [y]
         if len(net.batch_sizes) > 1 or n != net.batch_sizes[-1]:
             print(f"{n} samples, run at batch size {net.serving(n)} (the library's: "

@@ -1,5 +1,8 @@
-"""The whole import: read -> opset -> static input -> fold constants -> simplify -> map every
+"""The whole import: read -> opset -> static inputs -> fold constants -> simplify -> map every
 node -> one validated aotconv Network, its tensors and flat parameters.
+
+The graph inputs (initializers aside) become the network's inputs, in the model's order: one
+is the net.yaml's `input`, several its `inputs`, named after the ONNX inputs.
 
 Every node that cannot be mapped exactly is collected and reported in one error. The Network
 is built by spec.network_from_dict, the validator every net.yaml goes through, and each
@@ -10,7 +13,7 @@ from pathlib import Path
 
 from ..errors import SpecError
 from . import fold, ir, load, mapping, simplify
-from .names import Namer, net_name
+from .names import Namer, key, net_name, readable
 from .problems import OnnxError, Problem, Problems, UnsupportedError
 from .shapes import embed
 from .weights import flat_params
@@ -30,11 +33,16 @@ class Imported:
     tensors: dict              # '<layer>.<tensor>' -> float32 array
     params: object             # the flat float32 parameters, documented order
     origins: dict              # layer name -> [ONNX node names it stands for]
-    input_name: str
-    input_shape: tuple         # the ONNX input's static shape
+    input_name: str            # the (first) ONNX input's name
+    input_shape: tuple         # and its static shape
     outputs: list              # [(ONNX output name, its ONNX shape, index in network.outputs)]
     opset: int                 # the opset mapped from
     source_opset: int          # the model's own
+    inputs: list = None        # [(ONNX input name, its static ONNX shape)], network input order
+
+    def __post_init__(self):
+        if self.inputs is None:
+            self.inputs = [(self.input_name, tuple(self.input_shape))]
 
     def reference(self):
         """onnxruntime running the original model, or None where it is not installed or
@@ -57,23 +65,49 @@ def import_model(path, input_shapes=None, batch=None, name=None):
     source_opset = load.default_opset(model)
     legacy = load.legacy_resizes(model)
     model = load.restore_legacy_resizes(load.normalise(model, file), legacy)
-    x, shape = load.set_input_shape(model, file, input_shapes, batch)
+    inputs = load.set_input_shapes(model, file, input_shapes, batch)
     meta = Meta(max(model.ir_version, 7), list(model.opset_import))
-    g = ir.from_model(model, x, file)
+    names = tuple(x for x, _ in inputs)
+    g = ir.from_model(model, names[0] if len(names) == 1 else names, file)
     resizes = [n for n in g.nodes if n.op == "Resize"]
     for i, n in enumerate(resizes if legacy else ()):
         n.legacy = legacy[i] if len(legacy) == len(resizes) else \
             ("Upsample" if source_opset < 10 else "Resize-10")
-    g.shapes[x], g.dtypes[x] = shape, 1
+    for x, shape in inputs:
+        g.shapes[x], g.dtypes[x] = shape, 1
     fold.run(g, meta)
     simplify.run(g)
-    return _assemble(g, file, name or net_name(Path(file).stem), shape, source_opset)
+    return _assemble(g, file, name or net_name(Path(file).stem), inputs, source_opset)
 
 
-def _assemble(g, file, net, input_shape, source_opset):
+def _input_names(g, namer, file):
+    """{ONNX input: network input name}: `input` for a model of one, else each input's own
+    name made valid (names.readable) and unique; `namer` keeps layers off them. An input no
+    node reads is refused: the library would take data it never uses."""
+    read = {t for n in g.nodes for t in n.inputs} | g.output_tensors()
+    for x in g.inputs:
+        if x not in read:
+            raise OnnxError(f"input {x!r} is read by no node; aotconv networks read every "
+                            f"input they take: remove it from the model", file)
+    if len(g.inputs) == 1:
+        return {g.inputs[0]: "input"}
+    out, used = {}, set()
+    for x in g.inputs:
+        base = name = readable(x, "input")
+        i = 1
+        while key(name) in used:
+            i += 1
+            name = base[:120] + f"_{i}"
+        used.add(key(name))
+        namer.taken.add(key(name))
+        out[x] = name
+    return out
+
+
+def _assemble(g, file, net, inputs, source_opset):
     problems = Problems()
     namer = Namer()
-    layer_of = {g.input: "input"}
+    layer_of = _input_names(g, namer, file)
     layers, tensors, origins, onnx_shapes, nodes = [], {}, {}, {}, {}
     for n in g.nodes:
         m, bad = mapping.map_node(n, g)
@@ -105,14 +139,19 @@ def _assemble(g, file, net, input_shape, source_opset):
         if t in g.consts:
             raise OnnxError(f"output {oname!r} is a constant; aotconv builds networks whose "
                             f"outputs are computed from the input", file)
-        if t not in layer_of or layer_of[t] == "input":
-            raise OnnxError(f"output {oname!r} is the input itself; there is nothing to "
+        if t not in layer_of or t in g.inputs:
+            what = "the input" if len(g.inputs) == 1 else f"the input {t!r}"
+            raise OnnxError(f"output {oname!r} is {what} itself; there is nothing to "
                             f"build", file)
         lname = layer_of[t]
         if lname not in out_layers:
             out_layers.append(lname)
         outputs.append((oname, g.shapes.get(oname, g.shapes[t]), out_layers.index(lname)))
-    description = {"name": net, "input": list(embed(input_shape)), "layers": layers}
+    if len(inputs) == 1:
+        description = {"name": net, "input": list(embed(inputs[0][1])), "layers": layers}
+    else:
+        description = {"name": net, "inputs": {layer_of[x]: list(embed(s)) for x, s in inputs},
+                       "layers": layers}
     if out_layers != [layers[-1]["name"]]:
         description["outputs"] = out_layers
     network = _validate(description, file, nodes)
@@ -124,7 +163,8 @@ def _assemble(g, file, net, input_shape, source_opset):
                                             f"aotconv computes shape {list(l.out_shape)} where "
                                             f"ONNX gives {list(onnx_shapes[l.name])}")], file)
     return Imported(file, description, network, tensors, flat_params(network, tensors, file),
-                    origins, g.input, tuple(input_shape), outputs, g.opset, source_opset)
+                    origins, inputs[0][0], tuple(inputs[0][1]), outputs, g.opset, source_opset,
+                    [(x, tuple(s)) for x, s in inputs])
 
 
 def _validate(description, file, nodes):

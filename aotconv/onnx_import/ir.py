@@ -2,7 +2,7 @@
 static shape of every other tensor. The simplify passes rewrite it; mapping reads it.
 
 Every tensor is named as in the model. A tensor is either a constant (`consts`, numpy) or a
-value computed at run time from the one graph input (`shapes` gives its static shape).
+value computed at run time from the graph inputs (`shapes` gives its static shape).
 """
 from dataclasses import dataclass, field
 
@@ -48,10 +48,15 @@ class Graph:
     consts: dict               # tensor -> numpy array
     shapes: dict               # tensor -> static shape (tuple) of run-time values
     dtypes: dict               # tensor -> ONNX element type of run-time values
-    input: str                 # the one graph input
+    input: object              # the graph input's name, or a tuple of the names of several
     outputs: list              # [(ONNX output name, tensor it now resolves to)]
     opset: int                 # of the default domain
     file: str = None
+
+    @property
+    def inputs(self):
+        """The names of the graph inputs (initializers aside), in the model's order."""
+        return (self.input,) if isinstance(self.input, str) else tuple(self.input)
 
     def producers(self):
         return {t: n for n in self.nodes for t in n.outputs if t}
@@ -114,7 +119,8 @@ def has_subgraph(node):
 
 
 def from_model(model, input_name, file=None):
-    """The Graph of an ONNX model whose shapes were inferred (load.infer_shapes)."""
+    """The Graph of an ONNX model whose shapes were inferred (load.infer_shapes); `input_name`
+    is its input's name, or a tuple of the names of several."""
     from onnx import numpy_helper
     g = model.graph
     versions = {o.domain: o.version for o in model.opset_import}
@@ -148,8 +154,9 @@ def to_model(graph, ir_version, opset_imports, consts_as_inputs=()):
     from onnx import TensorProto, helper, numpy_helper
     used = {t for n in graph.nodes for t in n.inputs if t} | graph.output_tensors()
     inits, inputs = [], []
-    x_type = graph.dtypes.get(graph.input, TensorProto.FLOAT)
-    inputs.append(helper.make_tensor_value_info(graph.input, x_type, graph.shapes[graph.input]))
+    for x in graph.inputs:
+        x_type = graph.dtypes.get(x, TensorProto.FLOAT)
+        inputs.append(helper.make_tensor_value_info(x, x_type, graph.shapes[x]))
     for t in sorted(used & set(graph.consts)):
         a = graph.consts[t]
         if t in consts_as_inputs:

@@ -1,6 +1,7 @@
 """Read an ONNX model for import: the optional onnx package, the file (external data read
 from beside it), the checker, one opset floor (the version converter), local functions
-inlined, and the one graph input with a static shape (from the model, --input-shape, --batch).
+inlined, and the graph inputs (initializers aside) with static shapes (from the model,
+--input-shape, --batch).
 """
 from pathlib import Path
 import re
@@ -30,8 +31,8 @@ def one_line(e):
 
 
 def parse_input_shapes(specs):
-    """{input name: shape} from `name=1x3x224x224` strings (a bare `1x3x224x224` names the
-    model's only input: key None)."""
+    """{input name: shape} from `name=1x3x224x224` strings, one per input (a bare
+    `1x3x224x224` names the model's only input: key None)."""
     out = {}
     for s in specs or ():
         name, _, dims = s.rpartition("=")
@@ -130,25 +131,42 @@ def restore_legacy_resizes(model, legacy):
     return model
 
 
-def set_input_shape(model, file, input_shapes=None, batch=None):
-    """Name of the model's one graph input, whose shape is made static in `model` from its
-    own dims, `input_shapes` ({name or None: shape}) and `batch` (dim 0)."""
-    from onnx import TensorProto
+def set_input_shapes(model, file, input_shapes=None, batch=None):
+    """[(name, shape)] of the model's graph inputs (initializers are no inputs), in its order,
+    each shape made static in `model` from its own dims, `input_shapes` ({name or None:
+    shape}; None, a bare --input-shape, for a model of one input) and `batch` (dim 0 of every
+    input). Several inputs share one batch: a model whose inputs' dims 0 differ is refused."""
     g = model.graph
     init = {t.name for t in g.initializer}
     inputs = [i for i in g.input if i.name not in init]
     names = ", ".join(repr(i.name) for i in inputs)
-    if len(inputs) != 1:
-        raise OnnxError(f"the model has {len(inputs)} inputs ({names or 'none'}); aotconv "
-                        f"networks take exactly one input tensor", file)
-    x = inputs[0]
+    if not inputs:
+        raise OnnxError("the model has no inputs (every graph input is an initializer); "
+                        "aotconv networks compute on at least one input tensor", file)
     given = dict(input_shapes or {})
     if None in given:
-        given[x.name] = given.pop(None)
+        if len(inputs) > 1:
+            raise OnnxError(f"--input-shape {'x'.join(map(str, given[None]))} names no input; "
+                            f"the model has {len(inputs)} ({names}): give each as "
+                            f"--input-shape NAME=DIMS", file)
+        given[inputs[0].name] = given.pop(None)
     for name in given:
-        if name != x.name:
-            raise OnnxError(f"--input-shape names {name!r}, but the model's input is "
-                            f"{x.name!r}", file)
+        if name not in {i.name for i in inputs}:
+            raise OnnxError(f"--input-shape names {name!r}, but the model's input"
+                            f"{'s are' if len(inputs) > 1 else ' is'} {names}", file)
+    out = [(x.name, _static_shape(x, file, given, batch)) for x in inputs]
+    first = out[0]
+    for name, shape in out[1:]:
+        if shape[0] != first[1][0]:
+            raise OnnxError(f"input {name!r} has batch {shape[0]} (dim 0), input "
+                            f"{first[0]!r} {first[1][0]}: aotconv's inputs share one batch; "
+                            f"give them the same dim 0 (--input-shape or --batch N)", file)
+    return out
+
+
+def _static_shape(x, file, given, batch):
+    """The static shape of graph input `x`, written into the model."""
+    from onnx import TensorProto
     tt = x.type.tensor_type
     if not x.type.HasField("tensor_type") or tt.elem_type != TensorProto.FLOAT:
         what = TensorProto.DataType.Name(tt.elem_type) if x.type.HasField("tensor_type") \
@@ -190,7 +208,7 @@ def set_input_shape(model, file, input_shapes=None, batch=None):
     del tt.shape.dim[:]
     for d in shape:
         tt.shape.dim.add().dim_value = d
-    return x.name, tuple(shape)
+    return tuple(shape)
 
 
 def _dims_text(dims):

@@ -16,12 +16,15 @@ def dump(imported):
     lines = [f"# imported by `aotconv import` from {_comment([imported.path])} (ONNX {opset}).",
              "# Each layer's comment names the ONNX node(s) it computes; its weights are in the",
              "# .npz written beside this file (aotconv build THIS.yaml --weights THAT.npz).",
-             f"name: {d['name']}",
-             f"input: [{', '.join(map(str, d['input']))}]"]
+             f"name: {d['name']}"]
+    if "inputs" in d:                 # several, by name, in the model's order
+        lines.append("inputs: " + _flow(d["inputs"]))
+    else:
+        lines.append(f"input: [{', '.join(map(str, d['input']))}]")
     if "outputs" in d:
         lines.append("outputs: " + _flow(d["outputs"]))
     lines.append("layers:")
-    prev = "input"
+    prev = "input" if "input" in d else None
     for layer in d["layers"]:
         entry = {k: v for k, v in layer.items() if k != "inputs"}
         if layer["inputs"] != [prev]:

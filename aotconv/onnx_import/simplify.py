@@ -60,8 +60,8 @@ def _single_consumer(g, t):
 
 def _bypass(g, n, src, out):
     """Remove node `n`, whose output `out` equals its input `src`. False when `out` is a
-    graph output that would become the graph input itself: the node then stays."""
-    if out in g.output_tensors() and src == g.input:
+    graph output that would become a graph input itself: the node then stays."""
+    if out in g.output_tensors() and src in g.inputs:
         return False
     g.replace_uses(out, src)
     g.nodes.remove(n)
