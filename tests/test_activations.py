@@ -316,14 +316,21 @@ DENSE_SHAPES = [((1, 7, 1, 1), 13), ((3, 2, 5, 3), 1), ((2, 97, 1, 1), 10)]
 ELT_SHAPES = [(1, 1, 1, 1), (2, 3, 7, 13), (1, 13, 1, 7)]
 
 
-@pytest.mark.parametrize("aid,raw", ACT_CASES, ids=[a for a, _ in ACT_CASES])
+def act_params(host):
+    """ACT_CASES for the test of one host (0 conv, 1 dense, 2 the act as a layer): make test
+    runs every act once, in one of the three hosts by turns; the slow tier the rest."""
+    return [pytest.param(aid, raw, id=aid, marks=() if i % 3 == host else pytest.mark.slow)
+            for i, (aid, raw) in enumerate(ACT_CASES)]
+
+
+@pytest.mark.parametrize("aid,raw", act_params(0))
 def test_act_fused_into_conv(cl_ctx, aid, raw):
     i = [a for a, _ in ACT_CASES].index(aid)
     shape, attrs = CONV_SHAPES[i % len(CONV_SHAPES)]
     check(cl_ctx, make_layer("conv", [shape], **attrs, **raw), BY_NAME["conv_direct"])
 
 
-@pytest.mark.parametrize("aid,raw", ACT_CASES, ids=[a for a, _ in ACT_CASES])
+@pytest.mark.parametrize("aid,raw", act_params(1))
 def test_act_fused_into_dense(cl_ctx, aid, raw):
     i = [a for a, _ in ACT_CASES].index(aid)
     shape, out = DENSE_SHAPES[i % 3]
@@ -331,7 +338,7 @@ def test_act_fused_into_dense(cl_ctx, aid, raw):
     check(cl_ctx, layer, BY_NAME["dense_direct"], scale=8.0)
 
 
-@pytest.mark.parametrize("aid,raw", ACT_CASES, ids=[a for a, _ in ACT_CASES])
+@pytest.mark.parametrize("aid,raw", act_params(2))
 def test_act_as_a_layer(cl_ctx, aid, raw):
     i = [a for a, _ in ACT_CASES].index(aid)
     op, r = standalone(raw)
@@ -346,7 +353,10 @@ OTHER = ("conv_tiled", "conv_igemm", "conv_im2col", "conv_winograd", "conv_1x1",
          "conv_pool_direct", "dense_gemv", "dense_gemm", "add_direct", "batchnorm_direct")
 
 
-@pytest.mark.parametrize("name", OTHER)
+# make test: all but conv_igemm's (the slowest to compile; its act is the shared helper the
+# conv_igemm cases of tests/test_conv_variants.py run)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "conv_igemm"
+                                  else n for n in OTHER])
 def test_act_in_every_epilogue(cl_ctx, name):
     _, raw = ACT_CASES[OTHER.index(name) % len(ACT_CASES)]
     check(cl_ctx, epilogue_layers(raw)[name], BY_NAME[name])

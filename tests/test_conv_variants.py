@@ -28,6 +28,10 @@ from aotconv.variants.base import Config
 POCL = TARGETS["pocl-cpu"]
 H100 = TARGETS["h100"]
 VARIANTS = ("conv_igemm", "conv_tiled", "conv_1x1")
+# the slow tier (make test-full, tests/conftest.py): most cases of the PoCL sweeps below;
+# make test keeps a few of each, the quickest to compile that cover its kinds of point
+SLOW = pytest.mark.slow
+
 
 def conv(in_shape, pad=0, **raw):
     """A conv Layer; `pad` may also be (top, left, bottom, right), which net.yaml cannot say."""
@@ -149,11 +153,21 @@ def picks(name, lid, index):
     return out
 
 
+# make test runs every layer's fallback and every point of the layers named here: per variant,
+# together, one point of each kind, the ones quickest to compile on PoCL (conv_igemm's
+# largest blocks take up to 40 s each on 2 cores); make test-full runs every point
+QUICK = {"conv_igemm": {"k1_to1_nobias", "k3_32to48_p1_relu", "exact_tiles_nopad"},
+         "conv_tiled": {"k3_32to48_p1_relu", "k4_s2_same_odd_pad"},
+         "conv_1x1": {"k1_depthwise", "k1_1x1_pixels"}}
+
+
 def cases():
     for name in VARIANTS:
         for i, lid in enumerate(TABLE[name]):
             for tag, cfg in picks(name, lid, i):
-                yield pytest.param(name, lid, cfg, id=f"{name}-{lid}-{tag}")
+                quick = tag == "fallback" or lid in QUICK[name]
+                yield pytest.param(name, lid, cfg, id=f"{name}-{lid}-{tag}",
+                                   marks=() if quick else SLOW)
 
 
 @pytest.fixture(scope="module")
@@ -197,10 +211,11 @@ def assert_right_twice(cl_ctx, v, layer, cfg, xs, prm, ref):
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "CHWN", "NHWC"])
-@pytest.mark.parametrize("lid,ksplit,dbuf", [("k3_p1_relu", 2, 1), ("k3_p1_relu", 3, 0),
+@pytest.mark.parametrize("lid,ksplit,dbuf", [pytest.param("k3_p1_relu", 2, 1, marks=SLOW),
+                                             pytest.param("k3_p1_relu", 3, 0, marks=SLOW),
                                              ("k3x2_s2x1_d1x2_g3_tanh", 2, 0),
-                                             ("k3_32to48_p1_relu", 3, 1),
-                                             ("k3_32to48_p1_relu", 8, 0)])
+                                             pytest.param("k3_32to48_p1_relu", 3, 1, marks=SLOW),
+                                             pytest.param("k3_32to48_p1_relu", 8, 0, marks=SLOW)])
 def test_igemm_split_k(cl_ctx, lid, layout, ksplit, dbuf):
     """Split-K: slices park partials, the last to arrive sums them in slice order and runs the
     epilogue (bias, act, layout); the arrival counters reset, so a second run is right too.
@@ -217,7 +232,8 @@ def test_igemm_split_k(cl_ctx, lid, layout, ksplit, dbuf):
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "CHWN", "NHWC"])
-@pytest.mark.parametrize("dims", [(8, 8, 96, 32, 1), (4, 8, 32, 96, 1), (8, 4, 96, 16, 2)])
+@pytest.mark.parametrize("dims", [(8, 8, 96, 32, 1), pytest.param((4, 8, 32, 96, 1), marks=SLOW),
+                                  pytest.param((8, 4, 96, 16, 2), marks=SLOW)])
 def test_igemm_tiles_of_96(cl_ctx, layout, dims):
     """Tiles of 96 (not a power of two: fewer partial waves of work-groups on a big GPU)."""
     md, nd, mb, nb, ks = dims
@@ -246,11 +262,12 @@ TAPSTEP_LAYERS = {
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "CHWN"])
-@pytest.mark.parametrize("lid,kblk,dbuf,ksplit", [("k3_32to48_p1_relu", 16, 1, 1),
-                                                  ("k3_32to48_p1_relu", 8, 0, 3),
-                                                  ("exact_tiles_nopad", 8, 1, 1),
-                                                  ("k3x2_s2x1_d1x2_g2_asym", 8, 1, 1),
-                                                  ("k3x2_s2x1_d1x2_g2_asym", 8, 0, 2)])
+@pytest.mark.parametrize("lid,kblk,dbuf,ksplit", [
+    pytest.param("k3_32to48_p1_relu", 16, 1, 1, marks=SLOW),
+    pytest.param("k3_32to48_p1_relu", 8, 0, 3, marks=SLOW),
+    pytest.param("exact_tiles_nopad", 8, 1, 1, marks=SLOW),
+    ("k3x2_s2x1_d1x2_g2_asym", 8, 1, 1),
+    pytest.param("k3x2_s2x1_d1x2_g2_asym", 8, 0, 2, marks=SLOW)])
 def test_igemm_one_tap_per_step(cl_ctx, lid, kblk, dbuf, ksplit, layout):
     """TAPSTEP=1: reduction order (r, s, c), a step's rows are KBLK channels of one tap, one
     bounds check per column; padding, stride, dilation, groups and split-K included."""
@@ -318,8 +335,9 @@ def test_split_k_only_where_tiles_leave_units_idle():
     assert {k.name: k.values for k in v.knobs(conv5, POCL)}["KTAIL"] == (0,)
 
 
-@pytest.mark.parametrize("layout", ["NCHW", "CHWN", "NHWC"])
-@pytest.mark.parametrize("dbuf,ksplit,tail", [(1, 2, 10), (0, 3, 7), (1, 4, 20)])
+@pytest.mark.parametrize("layout", ["NCHW", pytest.param("CHWN", marks=SLOW), "NHWC"])
+@pytest.mark.parametrize("dbuf,ksplit,tail", [pytest.param(1, 2, 10, marks=SLOW), (0, 3, 7),
+                                              pytest.param(1, 4, 20, marks=SLOW)])
 def test_igemm_split_k_of_the_last_wave(cl_ctx, layout, dbuf, ksplit, tail):
     """KTAIL: whole tiles for the first waves of `tail` work-groups, split-K for the rest, in
     one launch; twice in a row (the counters of the split tiles reset)."""

@@ -203,10 +203,16 @@ def picks(lid):
     return out
 
 
+# make test runs every shape's fallback (what an untuned build runs) and the other points of
+# one shape; the slow tier the other points of the rest
+QUICK = "c7_7x7_k3_p1_relu"
+
+
 def cases():
     for lid in SWEEP:
         for tag, cfg in picks(lid):
-            yield pytest.param(lid, cfg, id=f"{lid}-{tag}")
+            quick = tag == "fallback" or lid == QUICK
+            yield pytest.param(lid, cfg, id=f"{lid}-{tag}", marks=() if quick else pytest.mark.slow)
 
 
 @pytest.mark.parametrize("lid,cfg", list(cases()))
@@ -237,7 +243,9 @@ GROUPED = [((1, 6, 9, 9), dict(out=9, kernel=3, pad=1, groups=3, act="relu6")),
            ((1, 4, 13, 13), dict(out=8, kernel=1, groups=2, act="silu"))]
 
 
-@pytest.mark.parametrize("i", range(len(GROUPED)))
+# make test: the second (a 3x1 kernel, stride 2, no bias); the slow tier the others
+@pytest.mark.parametrize("i", [i if i == 1 else pytest.param(i, marks=pytest.mark.slow)
+                               for i in range(len(GROUPED))])
 def test_grouped_convs_that_are_not_depthwise(cl_ctx, i):
     shape, attrs = GROUPED[i]
     layer = conv(shape, **attrs)

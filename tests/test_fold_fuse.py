@@ -368,7 +368,11 @@ def residual_configs(v, layer, extra):
     return list(dict.fromkeys(out))
 
 
-@pytest.mark.parametrize("variant", RESIDUAL_VARIANTS)
+# make test: the epilogues of conv_direct, conv_tiled and conv_1x1; conv_igemm's and
+# conv_im2col's (35 and 5 s of PoCL compiles on 2 cores, kernel cache empty) in the slow tier
+@pytest.mark.parametrize("variant", [
+    pytest.param(v, marks=pytest.mark.slow) if v in ("conv_igemm", "conv_im2col") else v
+    for v in RESIDUAL_VARIANTS])
 def test_residual_epilogue_matches_the_reference(variant):
     from aotconv.harness import LayerRun, context_for, random_inputs
     from aotconv.reference import from_layout, to_layout
@@ -421,6 +425,7 @@ def test_residual_network_matches_numpy_on_pocl(tmp_path):
     assert "| d1 | r1 | c2 |" in report and "Batchnorms folded" in report
 
 
+@pytest.mark.slow
 def test_resnet50_untuned_on_pocl(tmp_path):
     """ResNet-50 at batch 1, built untuned: 53 convs with their batchnorms folded in and the 16
     residual adds in their epilogue, 56 kernels in all; against the numpy reference of the

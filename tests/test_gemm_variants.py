@@ -128,13 +128,17 @@ def check(layer, variant, cfg):
 
 def params_for(table, variant_name, n_random, corners=()):
     """pytest parameters (layer, cfg) with readable ids; layer i also gets corner i mod len
-    (one extreme point per layer keeps the suite within its time budget on two cores)."""
+    (one extreme point per layer keeps the suite within its time budget on two cores).
+    make test runs one configuration of each layer, layer i its i-th (mod their count), so
+    that every layer and every kind of point runs; the others are in the slow tier."""
     v = BY_NAME[variant_name]
     out = []
     for i, (lid, layer) in enumerate(table):
         mine = [corners[i % len(corners)]] if corners else []
-        for cfg in configs_for(v, layer, n_random, mine):
-            out.append(pytest.param(layer, cfg, id=f"{lid}[{cfg}]"))
+        cfgs = configs_for(v, layer, n_random, mine)
+        for j, cfg in enumerate(cfgs):
+            out.append(pytest.param(layer, cfg, id=f"{lid}[{cfg}]",
+                                    marks=() if j == i % len(cfgs) else pytest.mark.slow))
     return out
 
 

@@ -74,6 +74,7 @@ def test_untuned_depthwise_layers_run_conv_depthwise():
         assert {n: got[n].variant for n in names} == {n: "conv_depthwise" for n in names}
 
 
+@pytest.mark.slow
 def test_builds_without_tuning_and_matches_numpy(tmp_path):
     """`aotconv build mobilenet_v2 --no-tune --batch 1` on PoCL, against the numpy reference."""
     from aotconv import params as params_mod

@@ -198,7 +198,12 @@ def alt_points(layer, v):
     return pts[::max(1, -(-len(pts) // 3))]
 
 
-@pytest.mark.parametrize("case_id", [s[0] for s in SWEEP])
+# make test runs one case per op (with a batch > 1 where the op has one), the slow tier the rest
+QUICK = {"scale_se_b2", "mul_odd", "shuffle_g3_b2", "slice_second_half_b2", "crop_all_sides_b2"}
+
+
+@pytest.mark.parametrize("case_id", [s[0] if s[0] in QUICK else
+                                     pytest.param(s[0], marks=pytest.mark.slow) for s in SWEEP])
 def test_variant_matches_reference_on_pocl(case_id):
     layer, xs, params, want = data(case_id)
     v = BY_NAME[VARIANT_OF[layer.op]]

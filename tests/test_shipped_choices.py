@@ -202,8 +202,17 @@ def test_golden_file_covers_the_shipped_records():
         assert any(l["source"] == "record" for l in c["layers"])
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c['network']}-{c['target']}-b{c['batch']}"
-                                              for c in CASES])
+def _quick(case):
+    """make test: each network at its smallest batch, and every batch of the two quickest
+    (alexnet, nin) so that every batch runs; the slow tier the rest."""
+    smallest = min(c["batch"] for c in CASES
+                   if (c["network"], c["target"]) == (case["network"], case["target"]))
+    return case["batch"] == smallest or case["network"] in ("alexnet", "nin")
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=f"{c['network']}-{c['target']}-b{c['batch']}",
+                 marks=() if _quick(c) else pytest.mark.slow) for c in CASES])
 def test_shipped_choices_unchanged(case):
     got = snapshot(case["network"], case["target"], case["batch"])
     diff = _differences(case, got)
