@@ -3,7 +3,8 @@ records (no tuning), both timed the same way (tools/time_library.py's medians), 
 
     python tools/onnx_twin.py --target h100 --models resnet50,mobilenet_v2 --out build/twin
 
-With --onnx-budget, the imported model's build tunes what the records lack (an exporter that
+With --onnx-budget, both builds tune with that budget, so the imported one tunes what the
+records lack (an exporter that
 drops an all-zero bias makes a layer of another signature).
 The model is exported with tests/zoo/models.py (seeded weights, randomised BatchNorm statistics,
 torch.onnx.export dynamo=True); `aotconv build model.onnx --records-only --check` compares the
@@ -41,8 +42,8 @@ def main(argv=None):
     ap.add_argument("--exporter", default="dynamo", choices=models.EXPORTERS)
     ap.add_argument("--out", default="build/twin")
     ap.add_argument("--runs", type=int, default=100)
-    ap.add_argument("--onnx-budget", help="tune the imported model's layers that have no record "
-                    "with this budget (default: records only, fallbacks where none)")
+    ap.add_argument("--onnx-budget", help="build both with this tuning budget, so that the "
+                    "layers the records lack are tuned (default: records only, fallbacks there)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     rows = []
@@ -50,7 +51,7 @@ def main(argv=None):
         onnx_path = models.export(name, a.exporter, out / "onnx")
         row = {"model": name, "exporter": a.exporter}
         for kind, source, check, budget in (("onnx", onnx_path, True, a.onnx_budget),
-                                            ("yaml", name, False, None)):
+                                            ("yaml", name, False, a.onnx_budget)):
             d = out / f"{name}-{kind}"
             row[f"{kind}_build_messages"] = build(source, a.target, d, check, budget)
             js = out / f"{name}-{kind}.json"
