@@ -7,6 +7,11 @@
                                        fallbacks for the rest
     mode="fallback"                    every layer's fallback, valid under the target's limits
 
+The build's precision (`ctx.precision`, aotconv.precision) bounds what it considers: the
+spaces it searches and checks records against hold only the variants that precision allows
+(aotconv.space), so an fp32 build never chooses a TF32 kernel and a tf32 build chooses one
+where it measured fastest.
+
 Choice and Stats are frozen (hashable) dataclasses; Stats carries what report.md and the
 histogram need: counts of candidates tried / pruned / failed by kind, every valid time measured.
 """
