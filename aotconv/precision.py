@@ -140,7 +140,8 @@ def network_reference(source, net, x, params, layers):
     {tensor: array}}), where the conv layers `layers` of `net` (after passes) take their input
     and weight rounded to TF32 as the library's kernels do: a conv with batchnorms folded into
     it (passes.fold_batchnorm) rounds the folded weight w * gamma / sqrt(var + eps), computed
-    in float32 as set_params computes it, and the batchnorms then pass its output on."""
+    in double and stored as float as set_params computes it, and the batchnorms then pass its
+    output on. `x`: the input, or the inputs as reference.run_network takes them."""
     from .graph import act_attrs
     from .passes import batchnorm_folds
     from .reference import conv, forward
