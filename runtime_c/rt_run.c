@@ -297,33 +297,50 @@ static unsigned char *slot_ptr(aotrt_net *n, int s)
     return n->stage_ptr + (size_t)s * n->stage_bytes;
 }
 
-/* The input through the staging ring: memcpy into a free slot, then a non-blocking write
- * from it, flushed so the copy starts while the next chunk is prepared. */
-static int staged_write(aotrt_net *n, cl_mem buf, const unsigned char *src, size_t bytes)
+/* The staging ring's use by the writes of one run: the write in flight from each slot, and
+ * the next slot to take. The inputs of a run go through one ring in turn, so a slot is
+ * refilled only once the device has copied what it held. */
+typedef struct {
+    cl_event ev[AOTRT_STAGE_SLOTS];
+    size_t k;
+} ring;
+
+/* The writes enqueued: the queue is in order, so the kernels wait for them. */
+static void ring_release(ring *g)
 {
-    cl_event ev[AOTRT_STAGE_SLOTS] = {0};
+    for (int s = 0; s < AOTRT_STAGE_SLOTS; ++s)
+        if (g->ev[s]) {
+            clReleaseEvent(g->ev[s]);
+            g->ev[s] = NULL;
+        }
+}
+
+/* An input through the staging ring: memcpy into a free slot, then a non-blocking write
+ * from it, flushed so the copy starts while the next chunk is prepared. */
+static int staged_write(aotrt_net *n, ring *g, cl_mem buf, const unsigned char *src,
+                        size_t bytes)
+{
     cl_int e = CL_SUCCESS;
-    size_t k = 0;
-    for (size_t off = 0; off < bytes && e == CL_SUCCESS; off += n->stage_bytes, ++k) {
-        int s = (int)(k % (size_t)n->stage_slots);
+    for (size_t off = 0; off < bytes && e == CL_SUCCESS; off += n->stage_bytes, ++g->k) {
+        int s = (int)(g->k % (size_t)n->stage_slots);
         size_t len = bytes - off < n->stage_bytes ? bytes - off : n->stage_bytes;
-        if (ev[s]) {
-            e = clWaitForEvents(1, &ev[s]);
-            clReleaseEvent(ev[s]);
-            ev[s] = NULL;
+        if (g->ev[s]) {
+            e = clWaitForEvents(1, &g->ev[s]);
+            clReleaseEvent(g->ev[s]);
+            g->ev[s] = NULL;
             if (e != CL_SUCCESS)
                 break;
         }
         memcpy(slot_ptr(n, s), src + off, len);
         e = clEnqueueWriteBuffer(n->queue, buf, CL_FALSE, off, len, slot_ptr(n, s), 0, NULL,
-                                 &ev[s]);
+                                 &g->ev[s]);
         if (e == CL_SUCCESS)
             e = clFlush(n->queue);
     }
-    for (int s = 0; s < n->stage_slots; ++s)
-        if (ev[s])
-            clReleaseEvent(ev[s]);   /* the queue is in order: the kernels wait for them */
-    return e == CL_SUCCESS ? AOTRT_OK : FAIL(n, e, "the staged input write");
+    if (e == CL_SUCCESS)
+        return AOTRT_OK;
+    ring_release(g);
+    return FAIL(n, e, "the staged input write");
 }
 
 /* One piece of the output: `len` bytes at `off` of output buffer `io`, to `host`. */
@@ -456,15 +473,17 @@ static int run_host(aotrt_net *n, const char *call, const run_of *r,
     int rc = check_run(n, call, r, inputs, counts, output, output_count);
     if (rc)
         return rc;
+    ring g = {{0}, 0};
     for (int i = 0; i < d->ninputs && !rc; ++i) {
         cl_mem buf = n->buffers[r->z->inputs[i].buffer];
         size_t bytes = in_floats(r, i) * sizeof(float);
         int stage = blocking && n->stage_ptr && !pinned_input(n, inputs[i], in_floats(r, i));
-        rc = stage ? staged_write(n, buf, (const unsigned char *)inputs[i], bytes)
+        rc = stage ? staged_write(n, &g, buf, (const unsigned char *)inputs[i], bytes)
                    : direct_write(n, buf, inputs[i], bytes);
         if (!rc)
             rc = pad_input(n, r, i);
     }
+    ring_release(&g);
     if (rc)
         return rc;
     if ((rc = enqueue_kernels(n, r->size)))
