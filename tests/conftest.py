@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 DEVICE_FREE = {
-    "test_bench_package", "test_onnx_import", "test_onnx_random", "test_params",
+    "test_bench_package", "test_onnx_import", "test_onnx_random", "test_onnx_resample",
+    "test_params",
     "test_records_kernel", "test_records_robust", "test_reference", "test_registry",
     "test_resnet", "test_space", "test_spec", "test_strategies", "test_study",
     "test_fuzz_slice", "test_tiers", "test_slow_tier",
