@@ -6,6 +6,9 @@
  * (raw float32, from the numpy reference); NET_NAME is the name as a string. Every return code is checked against the documented
  * one and every message must be one non-empty line that says what went wrong; the outputs
  * must match the reference. Prints one line per check; exits 1 if any check failed.
+ *
+ * A network of several inputs (tests/sanitize/inputs.yaml) gets several_inputs() instead of
+ * the flow of one: the input file then holds its inputs one after another (INPUT_OFFSETS).
  */
 #define _POSIX_C_SOURCE 200809L
 #include NET_HEADER
@@ -235,6 +238,13 @@ static void application_queue(const char *params, const float *x, const float *w
            FN(run_buffers_n)(net, 1, small, out), E_ARG, net, NULL);
     expect("run_buffers_n(1 sample), then wait", FN(run_buffers_n)(net, 1, in, out) |
            FN(wait)(net), OK, net, NULL);
+    cl_mem ins[1] = {in}, smalls[1] = {small};
+    expect("run_buffers_inputs(n_inputs 2)", FN(run_buffers_inputs)(net, ins, 2, out), E_ARG,
+           net, "n_inputs is 2");
+    expect("run_buffers_inputs_n(1 sample) from a one-float buffer",
+           FN(run_buffers_inputs_n)(net, 1, smalls, 1, out), E_ARG, net, NULL);
+    expect("run_buffers_inputs, then wait", FN(run_buffers_inputs)(net, ins, 1, out) |
+           FN(wait)(net), OK, net, NULL);
     double *ms = calloc(NKER + 1, sizeof *ms);
     expect("profile of a run_buffers run on a profiling queue", FN(profile)(net, ms, NKER), OK,
            net, NULL);
@@ -276,6 +286,202 @@ done:
     clReleaseContext(ctx2);
 }
 
+/* run_inputs and its twins on a network of one input: n_inputs 1, and its error paths */
+static void one_input_calls(net_t *net, const float *x, const float *want, float *hin,
+                            float *hout)
+{
+    const size_t SIN = MACRO(INPUT_SAMPLE_COUNT), SOUT = MACRO(OUTPUT_SAMPLE_COUNT);
+    const float *in[1] = {x};
+    size_t counts[1] = {NIN}, one[1] = {SIN}, bad[1] = {NIN - 1};
+    const float *null_in[1] = {NULL};
+    float *y = calloc(NOUT, sizeof *y);
+    static const size_t table[] = MACRO(INPUT_COUNTS);
+    static const char *const names[] = MACRO(INPUT_NAMES);
+    result(MACRO(INPUTS) == 1 && table[0] == NIN && strcmp(names[0], "input") == 0 &&
+           FN(input_name)(0) && strcmp(FN(input_name)(0), "input") == 0 &&
+           FN(input_name)(1) == NULL && FN(input_name)(SIZE_MAX) == NULL,
+           "the header's input tables and input_name(i)", "differ");
+    expect("run_inputs(NULL handle)", FN(run_inputs)(NULL, in, counts, 1, y, NOUT), E_ARG,
+           NULL, "NULL");
+    expect("run_inputs(NULL inputs)", FN(run_inputs)(net, NULL, counts, 1, y, NOUT), E_ARG, net,
+           "inputs is NULL");
+    expect("run_inputs(NULL counts)", FN(run_inputs)(net, in, NULL, 1, y, NOUT), E_ARG, net,
+           "counts is NULL");
+    expect("run_inputs(n_inputs 0)", FN(run_inputs)(net, in, counts, 0, y, NOUT), E_ARG, net,
+           "n_inputs is 0");
+    expect("run_inputs(n_inputs 2)", FN(run_inputs)(net, in, counts, 2, y, NOUT), E_ARG, net,
+           "n_inputs is 2");
+    expect("run_inputs(n_inputs SIZE_MAX)", FN(run_inputs)(net, in, counts, SIZE_MAX, y, NOUT),
+           E_ARG, net, NULL);
+    expect("run_inputs(a NULL input)", FN(run_inputs)(net, null_in, counts, 1, y, NOUT), E_ARG,
+           net, "input is NULL");
+    expect("run_inputs(input count - 1)", FN(run_inputs)(net, in, bad, 1, y, NOUT), E_ARG, net,
+           NULL);
+    expect("run_inputs(NULL output)", FN(run_inputs)(net, in, counts, 1, NULL, NOUT), E_ARG, net,
+           "output is NULL");
+    expect("run_inputs", FN(run_inputs)(net, in, counts, 1, y, NOUT), OK, net, NULL);
+    expect_close("  matches the reference", y, want, NOUT);
+    memset(y, 0, NOUT * sizeof *y);
+    expect("run_async_inputs, then wait", FN(run_async_inputs)(net, in, counts, 1, y, NOUT) |
+           FN(wait)(net), OK, net, NULL);
+    expect_close("  matches the reference", y, want, NOUT);
+    expect("run_inputs_n(n = 0)", FN(run_inputs_n)(net, 0, in, one, 1, y, SOUT), E_ARG, net,
+           "n is 0");
+    memset(y, 0, NOUT * sizeof *y);
+    expect("run_inputs_n(1 sample)", FN(run_inputs_n)(net, 1, in, one, 1, y, SOUT), OK, net,
+           NULL);
+    expect_close("  its first output's first value matches the reference", y, want, 1);
+    expect("run_async_inputs_n(1 sample), then wait",
+           FN(run_async_inputs_n)(net, 1, in, one, 1, y, SOUT) | FN(wait)(net), OK, net, NULL);
+    if (hin && hout) {
+        const float *pinned[1] = {hin};
+        expect("run_inputs from the host buffers",
+               FN(run_inputs)(net, pinned, counts, 1, hout, NOUT), OK, net, NULL);
+        expect_close("  matches the reference", hout, want, NOUT);
+    }
+    free(y);
+}
+
+#if MACRO(INPUTS) > 1
+/* A network of several inputs: the calls of one input refuse it, naming the call to use; the
+ * _inputs calls run it from pageable, staged, pinned and application memory. */
+static void several_inputs(const char *params, const float *x, const float *want)
+{
+    enum { NI = MACRO(INPUTS) };
+    static const size_t counts[] = MACRO(INPUT_COUNTS), per[] = MACRO(INPUT_SAMPLE_COUNTS),
+                        offsets[] = MACRO(INPUT_OFFSETS);
+    static const char *const names[] = MACRO(INPUT_NAMES);
+    const float *in[NI], *holes[NI];
+    size_t one[NI], bad[NI];
+    for (int i = 0; i < NI; ++i) {
+        in[i] = holes[i] = x + offsets[i];
+        one[i] = per[i];
+        bad[i] = counts[i];
+    }
+    holes[NI - 1] = NULL;
+    bad[NI - 1] = counts[NI - 1] + 1;
+    int names_ok = FN(input_name)(NI) == NULL;
+    for (int i = 0; i < NI; ++i)
+        names_ok &= FN(input_name)(i) && strcmp(FN(input_name)(i), names[i]) == 0;
+    result(names_ok, "input_name(i) agrees with INPUT_NAMES", "differs");
+    net_t *net = NULL;
+    float *y = calloc(NOUT, sizeof *y);
+    expect("create", FN(create)(&net, NULL), OK, net, NULL);
+    if (!net) {
+        free(y);
+        return;
+    }
+    expect("run_inputs before parameters", FN(run_inputs)(net, in, counts, NI, y, NOUT), E_STATE,
+           net, NULL);
+    expect("load_params", FN(load_params)(net, params), OK, net, NULL);
+    expect("run (one input)", FN(run)(net, x, NIN, y, NOUT), E_ARG, net, "_run_inputs");
+    expect("run_async (one input)", FN(run_async)(net, x, NIN, y, NOUT), E_ARG, net,
+           "_run_async_inputs");
+    expect("run_n (one input)", FN(run_n)(net, 1, x, NIN, y, NOUT), E_ARG, net, "_run_inputs_n");
+    expect("run_async_n (one input)", FN(run_async_n)(net, 1, x, NIN, y, NOUT), E_ARG, net,
+           "_run_async_inputs_n");
+    expect("run_buffers (one input)", FN(run_buffers)(net, NULL, NULL), E_ARG, net,
+           "_run_buffers_inputs");
+    expect("run_buffers_n (one input)", FN(run_buffers_n)(net, 1, NULL, NULL), E_ARG, net,
+           "_run_buffers_inputs_n");
+    expect("run_inputs(n_inputs - 1)", FN(run_inputs)(net, in, counts, NI - 1, y, NOUT), E_ARG,
+           net, "n_inputs is");
+    expect("run_inputs(n_inputs + 1)", FN(run_inputs)(net, in, counts, NI + 1, y, NOUT), E_ARG,
+           net, "n_inputs is");
+    expect("run_inputs(the last input NULL)", FN(run_inputs)(net, holes, counts, NI, y, NOUT),
+           E_ARG, net, names[NI - 1]);
+    expect("run_inputs(the last count + 1)", FN(run_inputs)(net, in, bad, NI, y, NOUT), E_ARG,
+           net, names[NI - 1]);
+    expect("run_inputs(NULL counts)", FN(run_inputs)(net, in, NULL, NI, y, NOUT), E_ARG, net,
+           "counts is NULL");
+    expect("run_inputs", FN(run_inputs)(net, in, counts, NI, y, NOUT), OK, net, NULL);
+    expect_close("  matches the reference", y, want, NOUT);
+    memset(y, 0, NOUT * sizeof *y);
+    expect("run_async_inputs, then wait", FN(run_async_inputs)(net, in, counts, NI, y, NOUT) |
+           FN(wait)(net), OK, net, NULL);
+    expect_close("  matches the reference", y, want, NOUT);
+    expect("run_inputs_n(n = 0)", FN(run_inputs_n)(net, 0, in, one, NI, y, 0), E_ARG, net,
+           "n is 0");
+    memset(y, 0, NOUT * sizeof *y);
+    expect("run_inputs_n(1 sample)", FN(run_inputs_n)(net, 1, in, one, NI, y,
+           MACRO(OUTPUT_SAMPLE_COUNT)), OK, net, NULL);
+    expect_close("  its first output's first value matches the reference", y, want, 1);
+    float *hin = NULL, *hout = NULL;
+    expect("host_buffers", FN(host_buffers)(net, &hin, &hout), OK, net, NULL);
+    if (hin && hout) {
+        const float *pinned[NI];
+        memcpy(hin, x, NIN * sizeof *x);
+        for (int i = 0; i < NI; ++i)
+            pinned[i] = hin + offsets[i];
+        memset(hout, 0, NOUT * sizeof *hout);
+        expect("run_inputs from the host buffers",
+               FN(run_inputs)(net, pinned, counts, NI, hout, NOUT), OK, net, NULL);
+        expect_close("  matches the reference", hout, want, NOUT);
+    }
+    FN(destroy)(net);
+
+    options_t tiny = {-1, -1, NULL, 1, 0, 4}, off = {-1, -1, NULL, 1, 0, -1};
+    const options_t *ways[] = {&tiny, &off};
+    const char *what[] = {"run_inputs staged by 4 bytes", "run_inputs with staging off"};
+    for (int w = 0; w < 2; ++w) {
+        net = NULL;
+        expect(what[w], FN(create)(&net, ways[w]), OK, net, NULL);
+        if (!net)
+            continue;
+        memset(y, 0, NOUT * sizeof *y);
+        expect("  load_params, run_inputs", FN(load_params)(net, params) |
+               FN(run_inputs)(net, in, counts, NI, y, NOUT), OK, net, NULL);
+        expect_close("  matches the reference", y, want, NOUT);
+        FN(destroy)(net);
+    }
+
+    /* run_buffers_inputs on the application's context and queue */
+    cl_device_id dev = first_device();
+    cl_int err;
+    cl_context ctx = dev ? clCreateContext(NULL, 1, &dev, NULL, NULL, &err) : NULL;
+    cl_command_queue q = ctx ? make_queue(ctx, dev, 0) : NULL;
+    net = NULL;
+    if (q)
+        expect("create_with_queue", FN(create_with_queue)(&net, ctx, dev, q, NULL), OK, net, NULL);
+    if (net) {
+        cl_mem mem[NI], small[NI];
+        for (int i = 0; i < NI; ++i) {
+            mem[i] = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                    counts[i] * sizeof(float), (void *)in[i], &err);
+            small[i] = mem[i];
+        }
+        small[NI - 1] = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(float), NULL, &err);
+        cl_mem out = clCreateBuffer(ctx, CL_MEM_READ_WRITE, NOUT * sizeof(float), NULL, &err);
+        expect("  load_params", FN(load_params)(net, params), OK, net, NULL);
+        expect("  run_buffers_inputs(NULL inputs)", FN(run_buffers_inputs)(net, NULL, NI, out),
+               E_ARG, net, "inputs is NULL");
+        expect("  run_buffers_inputs(n_inputs - 1)",
+               FN(run_buffers_inputs)(net, mem, NI - 1, out), E_ARG, net, "n_inputs is");
+        expect("  run_buffers_inputs with the last input too small",
+               FN(run_buffers_inputs)(net, small, NI, out), E_ARG, net, names[NI - 1]);
+        expect("  run_buffers_inputs, then wait", FN(run_buffers_inputs)(net, mem, NI, out) |
+               FN(wait)(net), OK, net, NULL);
+        memset(y, 0, NOUT * sizeof *y);
+        clEnqueueReadBuffer(q, out, CL_TRUE, 0, NOUT * sizeof(float), y, 0, NULL, NULL);
+        expect_close("  matches the reference", y, want, NOUT);
+        expect("  run_buffers_inputs_n(1 sample), then wait",
+               FN(run_buffers_inputs_n)(net, 1, mem, NI, out) | FN(wait)(net), OK, net, NULL);
+        FN(destroy)(net);
+        for (int i = 0; i < NI; ++i)
+            clReleaseMemObject(mem[i]);
+        clReleaseMemObject(small[NI - 1]);
+        clReleaseMemObject(out);
+    } else {
+        result(0, "an OpenCL queue of the application", "none");
+    }
+    if (q)
+        clReleaseCommandQueue(q);
+    if (ctx)
+        clReleaseContext(ctx);
+    free(y);
+}
+#endif
+
 static void *create_fails_in_a_thread(void *arg)
 {
     net_t *net = NULL;
@@ -294,6 +500,16 @@ int main(int argc, char **argv)
     alarm(240);   /* a hang fails the job instead of stopping it */
     const char *dir = argv[1];
     float *x = read_floats(argv[2], NIN), *want = read_floats(argv[3], NOUT);
+#if MACRO(INPUTS) > 1
+    {
+        char par[4096];
+        snprintf(par, sizeof par, "%s/%s.params.bin", dir, NET_NAME);
+        several_inputs(par, x, want);
+        free(x), free(want);
+        printf("%d checks, %d failed\n", checks, failed);
+        return failed ? 1 : 0;
+    }
+#endif
     float *y = calloc(NOUT, sizeof *y), *y2 = calloc(NOUT, sizeof *y2);
     double *ms = calloc(NKER + 1, sizeof *ms);
     char params[4096], path[8192];
@@ -541,6 +757,8 @@ int main(int argc, char **argv)
     if (hin && hout)
         expect("run_n(1 sample) from the host buffers", FN(run_n)(net, 1, hin, SIN, hout, SOUT),
                OK, net, NULL);
+
+    one_input_calls(net, x, want, hin, hout);
 
     /* set_params with the same floats gives the same output */
     expect("run", FN(run)(net, x, NIN, y, NOUT), OK, net, NULL);

@@ -1,7 +1,8 @@
 """Build the sanitizer job's network and its reference data: prepare.py NET.yaml OUTDIR.
 
 Writes OUTDIR/ (the aotconv build directory: <net>.c, runtime/, <net>.params.bin, ...),
-OUTDIR/input.bin (seeded random input) and OUTDIR/expected.bin (the float64 numpy reference of
+OUTDIR/input.bin (seeded random input; of several inputs, one after another) and
+OUTDIR/expected.bin (the float64 numpy reference of
 the library's output, as float32, the outputs one after another); prints the network's C name.
 No device is needed: the library is built with every variant's fallback choice.
 """
@@ -22,8 +23,10 @@ def main(src, outdir):
     import json
     c_name = json.loads(name)["c_name"]
     flat = params.read_bin(res.outdir / f"{c_name}.params.bin", net)
-    x = np.random.default_rng(7).standard_normal(net.input_shape).astype(np.float32)
-    outs = run_network(net, x, params.split(net, flat))
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal(s).astype(np.float32) for _, s in net.inputs]
+    x = np.concatenate([a.ravel() for a in xs])
+    outs = run_network(net, xs[0] if len(xs) == 1 else xs, params.split(net, flat))
     outs = outs if isinstance(outs, list) else [outs]
     y = np.concatenate([np.asarray(o, np.float32).ravel() for o in outs])
     x.astype("<f4").tofile(res.outdir / "input.bin")
