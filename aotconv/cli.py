@@ -226,7 +226,8 @@ def parser():
     add_target_args(b)
     b.add_argument("-o", "--output", help="output directory (default build/<net>)")
     b.add_argument("--input-shape", action="append", metavar="NAME=NxCxHxW",
-                   help="an .onnx model's input shape where it has symbolic dims (docs/onnx.md)")
+                   help="an .onnx model's input shape where it has symbolic dims, once per "
+                        "input (docs/onnx.md)")
     b.add_argument("--weights", help="an .npz with <layer>.<tensor> arrays (default: seeded random)")
     b.add_argument("--seed", type=int, default=0,
                    help=f"seed of the random weights (0 to {SEED_LIMIT - 1})")
