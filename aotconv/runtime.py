@@ -366,9 +366,15 @@ def _read_meta(path):
               and isinstance(meta.get("param_count"), int)
               and isinstance(meta.get("outputs"), list) and meta["outputs"]
               and all(isinstance(o, dict) and isinstance(o.get("shape"), list)
-                      for o in meta["outputs"]))
-        why = None if ok else "a field the loader needs (c_name, input_shape, outputs, " \
-                              "param_count) is missing or has the wrong type"
+                      for o in meta["outputs"])
+              # several inputs (absent before they existed): [{name, shape}], shapes of ints
+              and isinstance(meta.get("inputs", []), list)
+              and all(isinstance(i, dict) and isinstance(i.get("name"), str)
+                      and isinstance(i.get("shape"), list) and len(i["shape"]) == 4
+                      and all(isinstance(d, int) and d > 0 for d in i["shape"])
+                      for i in meta.get("inputs", [])))
+        why = None if ok else "a field the loader needs (c_name, input_shape, inputs, " \
+                              "outputs, param_count) is missing or has the wrong type"
     except (OSError, UnicodeDecodeError, ValueError, TypeError) as e:
         why = str(e)
     except RecursionError:

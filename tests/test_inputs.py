@@ -176,6 +176,19 @@ def test_the_torch_model_takes_every_input(tmp_path):
         model(torch.from_numpy(xs["left"]))
 
 
+@pytest.mark.parametrize("inputs_field", [
+    [1], [{"name": "a"}], [{"name": "a", "shape": [1, 2]}], [{"name": 3, "shape": [1, 2, 3, 3]}],
+    "a"])
+def test_damaged_inputs_metadata_is_one_line(tmp_path, capsys, inputs_field):
+    import json
+    (tmp_path / "tuning.json").write_text(json.dumps(
+        {"c_name": "p", "input_shape": [1, 2, 3, 3], "inputs": inputs_field,
+         "outputs": [{"name": "o", "shape": [1, 3]}], "param_count": 5}))
+    assert cli.main(["run", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "damaged build metadata (a field the loader needs" in err[0]
+
+
 # -- the library (PoCL) ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
