@@ -329,10 +329,13 @@ def _net_name(top, where):
     return name
 
 
-def _input_shape(top, where, batch, shape=None, key="input", line=None, what="the input"):
+_INPUT = object()        # _input_shape's default: the shape of `input:`
+
+
+def _input_shape(top, where, batch, shape=_INPUT, key="input", line=None, what="the input"):
     """The shape of an input as given (`input:`, or `shape` of the input `key` of `inputs:`
     at `line`), with the batch override; `what` names it in messages."""
-    shape = top.items["input"][0] if shape is None else shape
+    shape = top.items["input"][0] if shape is _INPUT else shape
     line = where.m.line_of(key) if line is None else line
     if not (isinstance(shape, list) and len(shape) == 4
             and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):

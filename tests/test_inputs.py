@@ -109,6 +109,8 @@ def test_one_input_networks_are_as_before(tmp_path):
      "must map each input's name to its [N, C, H, W]"),
     ("inputs:\n  a: [1, 3, 4]\nlayers:\n  - {name: s, op: relu}\n", 2, "a",
      "must be [N, C, H, W], four positive integers"),
+    ("inputs:\n  a:\nlayers:\n  - {name: s, op: relu}\n", 2, "a",
+     "must be [N, C, H, W], four positive integers; got None"),
     ("inputs:\n  a b: [1, 3, 4, 4]\nlayers:\n  - {name: s, op: relu}\n", 2, "inputs",
      "the input name has the character ' ' at position 2"),
     ("inputs:\n  a.b: [1, 3, 4, 4]\n  a_b: [1, 3, 4, 4]\nlayers:\n  - {name: s, op: add, "
