@@ -64,7 +64,9 @@ def test_a_layer_past_int32_has_no_point_in_any_variant():
     layer = vgg_conv1_1(1024).layers[0]
     assert count(layer.out_shape) == 3_288_334_336
     sp = layer_space(layer, H100)
-    assert {p.variant.name for p in sp.parts} == {v.name for v in for_layer(layer)}
+    from aotconv.precision import reason as precision_reason
+    assert {p.variant.name for p in sp.parts} == {v.name for v in for_layer(layer)
+                                                  if precision_reason(v, H100) is None}
     for p in sp.parts:
         assert p.points == [], p.variant.name
         assert p.first["device.index_width"] == p.total > 0, p.variant.name
