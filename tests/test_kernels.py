@@ -158,8 +158,23 @@ def config(c, which):
     return c.variant.fallback(layer, POCL) if which == "fallback" else Config(c.alt)
 
 
-@pytest.mark.parametrize("which", ["fallback", "alt"])
-@pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
+def fallback_and_alt():
+    """(case, which) for every case and both configurations. make test runs every fallback
+    and each alt that sets a knob (other than the work-group size) to a value no earlier case
+    of its op did, so that every knob value runs; the slow tier the other alts."""
+    seen, out = {}, []
+    for c in CASES:
+        knobs = {kv for kv in c.alt if kv[0] != "WG"}
+        quick_alt = bool(knobs - seen.setdefault(c.op, set()))
+        seen[c.op] |= knobs
+        for which in ("fallback", "alt"):
+            quick = which == "fallback" or quick_alt
+            out.append(pytest.param(c, which, id=f"{c.id}-{which}",
+                                    marks=() if quick else pytest.mark.slow))
+    return out
+
+
+@pytest.mark.parametrize("c,which", fallback_and_alt())
 def test_variant_matches_reference(c, which):
     layer, xs, params, want = workload(c)
     cfg = config(c, which)
