@@ -222,7 +222,9 @@ class Farm(MeasurerBase):
             self.close()
             raise
         # lanes: a GPU farm's devices idle while a search waits for its compiles, so two
-        # searches per device keep them busy; a CPU farm times nothing while it compiles
+        # searches per device keep them busy (ResNet-50 on two H200s: 7.7 candidates a second
+        # against 4.4 with one lane); a CPU farm times nothing while it compiles, and there a
+        # lane per worker did best (lenet5 on PoCL: two lanes per worker were slower)
         self.lanes = lanes or (2 * len(self.hosts) if self.overlap else len(self.hosts))
         self._thread = threading.Thread(target=self._dispatch, name="aotconv-farm",
                                         daemon=True)

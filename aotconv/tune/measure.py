@@ -487,8 +487,8 @@ class Measurer(MeasurerBase):
     lanes: 2 on a GPU, where one search's compiles (NVIDIA's compiler: 0.3-1 s a kernel)
     overlap another's runs instead of leaving the device idle. 1 on a CPU device: its
     compiles and timings share the same cores, so they must not overlap (Phases), and then a
-    second search gains nothing (lenet5 on PoCL, docs/tuning.md "Tuning farm": about the same
-    wall time); `tune --lanes N` still gives more, under the same rule."""
+    second search gains nothing (lenet5 on PoCL was no faster with 2 lanes, docs/tuning.md
+    "Lanes"); `--lanes N` still gives more, under the same rule."""
 
     def __init__(self, target, jobs=None, timeout_s=20.0, build_timeout_s=300.0, seed=0,
                  min_total_ms=20.0, repeats=(5, 30), options=None, overlap=None,
