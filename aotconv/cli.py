@@ -99,8 +99,8 @@ def add_farm_options(p):
     p.add_argument("--ray-workers", type=int, metavar="N",
                    help="use N of the farm's devices (with --ray local: offer N workers)")
     p.add_argument("--lanes", type=int, metavar="N",
-                   help="tune N layers at once (default: 2 per device of a GPU farm, 2 on one "
-                        "GPU, 1 on a CPU device; docs/tuning.md, Tuning farm)")
+                   help="tune N layers at once (default: 2 per GPU, 1 per CPU device; "
+                        "docs/tuning.md, Lanes)")
 
 
 def check_farm(a):
