@@ -68,8 +68,9 @@ class _Node:
                                     f"tensors of rank 2 to 4 ([N, F], [N, C, L], [N, C, H, W])")
         return shape
 
-    def const(self, i, what, optional=False):
-        """Constant input i as a float array, or None where it is absent and optional."""
+    def constant(self, i, what, optional, why):
+        """Constant input i as an array of any type, or None where it is absent and optional;
+        `why` says what aotconv compiles it into."""
         t = self.n.input(i)
         if t is None:
             if optional:
@@ -78,8 +79,15 @@ class _Node:
         a = self.g.const(t)
         if a is None:
             self.stop(what, f"must be a constant (an initializer, or computed from constants "
-                            f"only); aotconv bakes {what} into the library's parameters")
-        a = np.asarray(a)
+                            f"only); {why}")
+        return np.asarray(a)
+
+    def const(self, i, what, optional=False):
+        """Constant input i as a float array, or None where it is absent and optional."""
+        a = self.constant(i, what, optional, f"aotconv bakes {what} into the library's "
+                                             f"parameters")
+        if a is None:
+            return None
         if a.dtype.kind != "f":
             self.stop(what, f"has type {a.dtype}; expected float")
         if not np.all(np.isfinite(a)):
@@ -151,14 +159,19 @@ def _same_pads(size, k, s, d, lower):
     return (total - small, small) if lower else (small, total - small)
 
 
+def _kernel_shape(c, kernel):
+    """Refuses a kernel_shape attribute that differs from the kernel (the weight's)."""
+    if c.attr("kernel_shape") is not None and [int(k) for k in c.attr("kernel_shape")] != kernel:
+        c.stop("kernel_shape", f"{list(c.attr('kernel_shape'))} differs from the weight's "
+                               f"{kernel}")
+
+
 def _window(c, x_shape, kernel, has_dilation=True):
     """Spatial (kernel, stride, dilation, begins, ends) as 2-D lists, from the attributes."""
     s = len(x_shape) - 2
     if s not in (1, 2):
         c.stop("input 0", f"has {s} spatial axes; aotconv maps 1-D and 2-D windows")
-    if c.attr("kernel_shape") is not None and [int(k) for k in c.attr("kernel_shape")] != kernel:
-        c.stop("kernel_shape", f"{list(c.attr('kernel_shape'))} differs from the weight's "
-                               f"{kernel}")
+    _kernel_shape(c, kernel)
     stride = c.ints("strides", s, 1)
     dil = c.ints("dilations", s, 1) if has_dilation else [1] * s
     auto = c.attr("auto_pad", "NOTSET")
@@ -219,13 +232,19 @@ def _conv(c):
                            f"the bottom/right)")
     elif begins != [0, 0]:
         layer["pad"] = _size(begins)
+    return _conv_mapped(c, layer, d2, g, w.reshape(m, cg, k2[0], k2[1]), b)
+
+
+def _conv_mapped(c, layer, d2, g, weight, b):
+    """A Conv's or ConvTranspose's layer: `layer` with the keys they share (each left out at
+    its default), and its tensors."""
     if d2 != [1, 1]:
         layer["dilation"] = _size(d2)
     if g != 1:
         layer["groups"] = g
     if b is None:
         layer["bias"] = False
-    tensors = {"weight": w.reshape(m, cg, k2[0], k2[1])}
+    tensors = {"weight": weight}
     if b is not None:
         tensors["bias"] = b
     return Mapped(layer, [c.n.input(0)], tensors)
@@ -463,9 +482,7 @@ def _conv_transpose(c):
     if b is not None and b.shape != (m,):
         c.stop("B", f"has shape {list(b.shape)}; expected [{m}]")
     kernel = [int(k) for k in w.shape[2:]]
-    if c.attr("kernel_shape") is not None and [int(k) for k in c.attr("kernel_shape")] != kernel:
-        c.stop("kernel_shape", f"{list(c.attr('kernel_shape'))} differs from the weight's "
-                               f"{kernel}")
+    _kernel_shape(c, kernel)
     stride, dil = c.ints("strides", s, 1), c.ints("dilations", s, 1)
     out_pad = c.ints("output_padding", s, 0)
     if any(v < 1 for v in stride + dil) or any(v < 0 for v in out_pad):
@@ -490,16 +507,7 @@ def _conv_transpose(c):
         layer["pad"] = [pads[0], pads[1], pads[2], pads[3]]
     if any(out_pad):
         layer["output_padding"] = _size(out_pad + [0] * (2 - s))
-    if d2 != [1, 1]:
-        layer["dilation"] = _size(d2)
-    if g != 1:
-        layer["groups"] = g
-    if b is None:
-        layer["bias"] = False
-    tensors = {"weight": w.reshape(x[1], m // g, k2[0], k2[1])}
-    if b is not None:
-        tensors["bias"] = b
-    return Mapped(layer, [c.n.input(0)], tensors)
+    return _conv_mapped(c, layer, d2, g, w.reshape(x[1], m // g, k2[0], k2[1]), b)
 
 
 def _transpose_pads(c, x, kernel, stride, dil, out_pad):

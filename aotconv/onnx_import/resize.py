@@ -24,6 +24,7 @@ KNOWN_ATTRS = {
                "nearest_mode"},
     "Upsample": {"mode", "scales"},
 }
+_BAKED = "aotconv compiles the output size into the library"     # why scales and sizes are constant
 
 
 def _f32(v):
@@ -118,11 +119,11 @@ def _operands(c, x, legacy):
     if c.n.op == "Upsample":
         given = c.attr("scales")
         scales = (np.asarray(given, np.float32) if given is not None
-                  else _const(c, 1, "scales", optional=False))
+                  else c.constant(1, "scales", False, _BAKED))
         sizes = None
     else:
-        scales = _const(c, 2, "scales", optional=True)
-        sizes = _const(c, 3, "sizes", optional=True)
+        scales = c.constant(2, "scales", True, _BAKED)
+        sizes = c.constant(3, "sizes", True, _BAKED)
         if scales is not None and scales.size == 0:       # opset 11-12: empty when sizes given
             scales = None
         if (scales is None) == (sizes is None):
@@ -169,19 +170,6 @@ def _operands(c, x, legacy):
         c.stop("sizes", f"{full} change the batch or channel axis of {list(x)}: aotconv's "
                         f"upsample resizes H and W only")
     return None, full
-
-
-def _const(c, i, what, optional):
-    t = c.n.input(i)
-    if t is None:
-        if optional:
-            return None
-        c.stop(what, "missing")
-    v = c.g.const(t)
-    if v is None:
-        c.stop(what, "must be a constant (an initializer, or computed from constants only): "
-                     "aotconv compiles the output size into the library")
-    return np.asarray(v)
 
 
 # -- the pixels onnxruntime and ONNX's reference read ----------------------------------------------
