@@ -62,15 +62,18 @@ def _taps(xp, kh, kw, sh, sw, dh, dw, p, q):
             yield i, j, xp[..., y0:y0 + (p - 1) * sh + 1:sh, x0:x0 + (q - 1) * sw + 1:sw]
 
 
+def _conv_keys(a, out_shape):
+    """groups, (stride), (dilation), (top, left, bottom, right) pads and the output's (H, W) of
+    a conv or conv_transpose layer."""
+    return a["groups"], a["stride"], a["dilation"], a["pad"], tuple(out_shape[2:])
+
+
 def conv(x, w, b, a, out_shape):
     """Grouped, dilated, strided, padded cross-correlation, as torch.nn.functional.conv2d."""
     n, c, _, _ = x.shape
     o, cg, kh, kw = w.shape
-    g = a["groups"]
+    g, (sh, sw), (dh, dw), (pt, pl, pb, pr), (p, q) = _conv_keys(a, out_shape)
     og = o // g
-    (sh, sw), (dh, dw) = a["stride"], a["dilation"]
-    pt, pl, pb, pr = a["pad"]
-    p, q = out_shape[2], out_shape[3]
     if g == 1:
         # channels first so that each tap's window is a (c, n*p*q) matrix: one BLAS call per tap
         xp = np.pad(x.transpose(1, 0, 2, 3), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
@@ -192,11 +195,8 @@ def conv_transpose(x, w, b, a, out_shape):
     result is cut by the pads (and extended by output_padding, where only the bias lands)."""
     n, c, h, wd = x.shape
     cin, og, kh, kw = w.shape
-    g = a["groups"]
+    g, (sh, sw), (dh, dw), (pt, pl, _, _), (p, q) = _conv_keys(a, out_shape)
     cg = c // g
-    (sh, sw), (dh, dw) = a["stride"], a["dilation"]
-    pt, pl, _, _ = a["pad"]
-    p, q = out_shape[2], out_shape[3]
     full = np.zeros((n, g, og, max(pt + p, (h - 1) * sh + (kh - 1) * dh + 1),
                      max(pl + q, (wd - 1) * sw + (kw - 1) * dw + 1)))
     xg = x.reshape(n, g, cg, h, wd)
