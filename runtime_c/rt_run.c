@@ -495,20 +495,31 @@ static int run_host(aotrt_net *n, const char *call, const run_of *r,
     return rc ? rc : enqueued(n, last);
 }
 
-/* The calls from host memory: run and run_async (by_n 0: the largest size, every sample),
- * run_n and run_async_n (`samples` of them); `twin` NULL for an _inputs call (every input),
- * else the _inputs call a network of several inputs needs instead. */
-static int host_call(aotrt_net *n, const char *call, const char *twin, int by_n,
-                     size_t samples, const float *const *inputs, const size_t *counts,
-                     size_t n_inputs, float *output, size_t output_count, int blocking)
+/* What every run call checks first, and the run it makes: the net, the inputs (`twin` NULL
+ * for an _inputs call, which takes `n_inputs` of them, else the _inputs call a network of
+ * several inputs needs instead), then the largest size with every sample (by_n 0) or the
+ * size that serves `samples`. */
+static int start_call(aotrt_net *n, const char *call, const char *twin, int by_n,
+                      size_t samples, const void *inputs, size_t n_inputs, run_of *r)
 {
     if (!n)
         return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s: net is NULL", call);
     int rc = twin ? one_input(n, call, twin) : check_ninputs(n, call, inputs, n_inputs);
     if (rc)
         return rc;
-    run_of r = whole(n);
-    rc = by_n ? pick(n, call, samples, &r) : AOTRT_OK;
+    *r = whole(n);
+    return by_n ? pick(n, call, samples, r) : AOTRT_OK;
+}
+
+/* The calls from host memory: run and run_async (by_n 0: the largest size, every sample),
+ * run_n and run_async_n (`samples` of them), and their _inputs twins; `twin` as for
+ * start_call. */
+static int host_call(aotrt_net *n, const char *call, const char *twin, int by_n,
+                     size_t samples, const float *const *inputs, const size_t *counts,
+                     size_t n_inputs, float *output, size_t output_count, int blocking)
+{
+    run_of r;
+    int rc = start_call(n, call, twin, by_n, samples, inputs, n_inputs, &r);
     return rc ? rc : run_host(n, call, &r, inputs, counts, output, output_count, blocking);
 }
 
@@ -641,13 +652,8 @@ static int run_mem(aotrt_net *n, const char *call, const run_of *r, const cl_mem
 static int mem_call(aotrt_net *n, const char *call, const char *twin, int by_n, size_t samples,
                     const cl_mem *inputs, size_t n_inputs, cl_mem output)
 {
-    if (!n)
-        return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s: net is NULL", call);
-    int rc = twin ? one_input(n, call, twin) : check_ninputs(n, call, inputs, n_inputs);
-    if (rc)
-        return rc;
-    run_of r = whole(n);
-    rc = by_n ? pick(n, call, samples, &r) : AOTRT_OK;
+    run_of r;
+    int rc = start_call(n, call, twin, by_n, samples, inputs, n_inputs, &r);
     return rc ? rc : run_mem(n, call, &r, inputs, output);
 }
 
