@@ -20,7 +20,7 @@ import numbers
 
 from .errors import AotconvError
 from .names import shown
-from .schedule import Buffer, LaunchRow, ParamRow
+from .schedule import Buffer, InOut, LaunchRow, ParamRow
 
 
 class BatchError(AotconvError):
@@ -68,7 +68,7 @@ def file_suffix(batch, ranged):
 
 
 @dataclass
-class Size:
+class Size(InOut):
     """One batch size of a library: its own schedule and where its rows are in the library's
     tables."""
     batch: int
@@ -81,20 +81,12 @@ class Size:
     nrun: int
 
     @property
-    def input(self):
-        return self.inputs[0]
-
-    @property
-    def output_count(self):
-        return sum(c for _, c in self.outputs)
-
-    @property
     def net(self):
         return self.schedule.net
 
 
 @dataclass
-class Library:
+class Library(InOut):
     """The tables of one emitted library: every size's programs and launches, the buffers they
     share, the parameter rows set_params fills. Reads like a Schedule of the largest size
     where emit and report need one (net, input, outputs, param layout)."""
@@ -122,25 +114,12 @@ class Library:
         return self.largest.schedule.net
 
     @property
-    def input(self):
-        return self.largest.input
-
-    @property
     def inputs(self):
         return self.largest.inputs
 
     @property
-    def input_count(self):
-        """Floats of all the inputs together (the largest size's)."""
-        return sum(c for _, c in self.inputs)
-
-    @property
     def outputs(self):
         return self.largest.outputs
-
-    @property
-    def output_count(self):
-        return self.largest.output_count
 
     @property
     def run_launches(self):

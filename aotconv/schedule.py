@@ -87,8 +87,28 @@ class FoldRow:
     batchnorms: list        # [(name, gamma, beta, mean, var offsets, eps)] in fold order
 
 
+class InOut:
+    """What a table of buffers says about the network's inputs and outputs, from its `inputs`
+    and `outputs`: each [(buffer, floats)] in the network's order."""
+
+    @property
+    def input(self):
+        """(buffer, count) of the network's one input (the first of several)."""
+        return self.inputs[0]
+
+    @property
+    def input_count(self):
+        """Floats of all the inputs together."""
+        return sum(c for _, c in self.inputs)
+
+    @property
+    def output_count(self):
+        """Floats of all the outputs together."""
+        return sum(c for _, c in self.outputs)
+
+
 @dataclass
-class Schedule:
+class Schedule(InOut):
     net: object
     choices: dict
     programs: list = field(default_factory=list)
@@ -105,16 +125,6 @@ class Schedule:
     fusion: list = None             # pool fusion decisions (aotconv.fusion), set by compiler
     residual: list = None           # residual add fusion decisions (aotconv.fusion), likewise
     layout_plan: object = None      # layouts.LayoutPlan, set by compiler
-
-    @property
-    def input(self):
-        """(buffer, count) of the network's one input (the first of several)."""
-        return self.inputs[0]
-
-    @property
-    def input_count(self):
-        """Floats of all the inputs together."""
-        return sum(c for _, c in self.inputs)
 
     @property
     def act_bytes(self):
@@ -135,10 +145,6 @@ class Schedule:
     def param_layout(self):
         """[(layer, tensor, shape, offset)] of the parameters set_params takes (docs/params.md)."""
         return self.source.param_layout()
-
-    @property
-    def output_count(self):
-        return sum(c for _, c in self.outputs)
 
 
 def plan_activations(net):
