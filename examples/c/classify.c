@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "lenet5.h"
+#include "classify_io.h"
 
 enum { IN = AOTCONV_LENET5_INPUT_COUNT, OUT = AOTCONV_LENET5_OUTPUT_COUNT };
 enum { CLASSES = 10, IMAGES = OUT / CLASSES };
@@ -23,15 +24,6 @@ static int fail(const char *what, const aotconv_lenet5 *net, int rc)
 {
     fprintf(stderr, "classify: %s failed (%d): %s\n", what, rc, aotconv_lenet5_last_error(net));
     return 1;
-}
-
-static int read_floats(const char *path, float *x, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    size_t got = f ? fread(x, sizeof(float), n, f) : 0;
-    if (f)
-        fclose(f);
-    return got == n ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -84,20 +76,10 @@ int main(int argc, char **argv)
         return 3;
     }
 
-    for (int img = 0; img < IMAGES && img < 8; ++img) {
-        int best = 0;
-        for (int c = 1; c < CLASSES; ++c)
-            if (out[img * CLASSES + c] > out[img * CLASSES + best])
-                best = c;
-        printf("image %d: class %d (%.3f)\n", img, best, out[img * CLASSES + best]);
-    }
-    if (argc == 4) {
-        FILE *f = fopen(argv[3], "wb");
-        if (!f || fwrite(out, sizeof(float), OUT, f) != OUT) {
-            fprintf(stderr, "classify: cannot write %s\n", argv[3]);
-            return 1;
-        }
-        fclose(f);
+    print_classes(out, IMAGES < 8 ? IMAGES : 8, CLASSES);
+    if (argc == 4 && write_floats(argv[3], out, OUT)) {
+        fprintf(stderr, "classify: cannot write %s\n", argv[3]);
+        return 1;
     }
     aotconv_lenet5_destroy(net);
     free(in);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "lenet5.h"
+#include "classify_io.h"
 
 enum { IN = AOTCONV_LENET5_INPUT_SAMPLE_COUNT, OUT = AOTCONV_LENET5_OUTPUT_SAMPLE_COUNT };
 
@@ -42,11 +43,7 @@ int main(int argc, char **argv)
     float *out = malloc((n ? n : 1) * OUT * sizeof(float));
     if (!in || !out)
         return 1;
-    FILE *f = fopen(argv[2], "rb");
-    size_t got = f ? fread(in, sizeof(float), n * IN, f) : 0;
-    if (f)
-        fclose(f);
-    if (got != n * IN) {
+    if (read_floats(argv[2], in, n * IN)) {
         fprintf(stderr, "classify_n: %s does not hold %zu images\n", argv[2], n);
         return 1;
     }
@@ -60,19 +57,11 @@ int main(int argc, char **argv)
     if ((rc = aotconv_lenet5_run_n(net, n, in, n * IN, out, n * OUT)))
         return fail("run_n", net, rc);
 
-    for (size_t img = 0; img < n; ++img) {
-        int best = 0;
-        for (int c = 1; c < OUT; ++c)
-            if (out[img * OUT + c] > out[img * OUT + best])
-                best = c;
-        printf("image %zu: class %d (%.3f)\n", img, best, out[img * OUT + best]);
-    }
-    f = fopen(argv[4], "wb");
-    if (!f || fwrite(out, sizeof(float), n * OUT, f) != n * OUT) {
+    print_classes(out, n, OUT);
+    if (write_floats(argv[4], out, n * OUT)) {
         fprintf(stderr, "classify_n: cannot write %s\n", argv[4]);
         return 1;
     }
-    fclose(f);
     aotconv_lenet5_destroy(net);
     free(in);
     free(out);
