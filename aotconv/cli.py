@@ -32,8 +32,8 @@ def add_precision_option(p):
     p.add_argument("--precision", default="fp32", metavar="fp32|tf32|fp16",
                    help="what the kernels may compute in: fp32 (default), tf32 (FP32 storage; "
                         "TF32 tensor-core math with FP32 sums in the conv layers a tensor-core "
-                        "variant serves, on NVIDIA GPUs of compute capability 8.0 or newer; "
-                        "docs/precision.md); fp16 is not built yet")
+                        "variant serves, on NVIDIA GPUs of compute capability 8.0 or newer), fp16 "
+                        "(weights and activations stored in half, FP32 math; docs/precision.md)")
 
 
 def check_args(a):

@@ -14,10 +14,12 @@ from . import params as params_mod
 from . import batches, binaries, fusion, layouts, passes, precision, spec
 from .build import build as ninja_build
 from .choose import choose
-from .context import BuildContext
+from .context import BuildContext, with_precision
 from .emit import emit
 from .graph import Network
+from .ops import is_alias
 from .outdir import OutputDir
+from .precision import check_storage, stored
 from .report import write_report
 from .reference import run_network
 from .schedule import build_schedule, c_ident
@@ -77,7 +79,11 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     flat = (params_mod.from_npz(first.net0, weights) if weights else
             first.imported.params if first.imported else None)
     for u in units:
-        u.net = passes.optimise(u.net0)
+        # an fp16 build's layers say they store half (their kernels, records and buffers)
+        u.net = stored(passes.optimise(u.net0), precision)
+        # before any work: an fp16 build of a layer no half-storage variant serves stops here
+        check_storage([l for l in u.net.layers if not is_alias(l)],
+                      with_precision(tgt, precision))
     net0, net = units[-1].net0, units[-1].net
     outdir = Path(outdir or Path("build") / net.name)
     job = _Job(units, flat, seed, check, measure, fuse_pool,
@@ -221,15 +227,15 @@ def _schedule(ctx, u, job, quiet):
 
 def _reference(u, job, flat, sch):
     """What --check compares size `u` (scheduled as `sch`) with: where layers compute in
-    TF32, the float64 reference with their operands rounded as the kernels round them
-    (aotconv.precision, docs/precision.md); else the ONNX import's reference (onnxruntime)
-    where it may stand, else the float64 numpy reference of the network as written. None
-    without --check."""
+    TF32 or store half, the float64 reference with their operands (and, for half, every stored
+    output) rounded as the library rounds them (aotconv.precision, docs/precision.md); else the
+    ONNX import's reference (onnxruntime) where it may stand, else the float64 numpy reference
+    of the network as written. None without --check."""
     if not job.check:
         return None
-    tf32 = precision.check_reference(sch, u.net0, flat)
-    if tf32 is not None:
-        return tf32
+    rounded = precision.check_reference(sch, u.net0, flat)
+    if rounded is not None:
+        return rounded
     if job.reference_ok:
         ref = u.imported.reference()
         if ref is not None:

@@ -13,11 +13,12 @@ the tuning farm (tune.farm.Farm): the devices of the target a Ray cluster offers
 the context is made. With a farm the records are keyed by the identity of the farm's devices,
 and tuning needs no device on this machine.
 
-`precision` (fp32, tf32: aotconv.precision) is what the build may compute in. The context
+`precision` (fp32, tf32, fp16: aotconv.precision) is what the build may compute in and store
+its tensors in. The context
 carries it on both target profiles (`profile`, `target`), with the live device's compute
 capability where the device is here, so that every step that judges a kernel (spaces,
-records, fallbacks, fusion) applies the variants' `build.precision` and `tensor_cores`
-constraints to the same build.
+records, fallbacks, fusion) applies the variants' `build.precision`, `build.storage` and
+`tensor_cores` constraints to the same build.
 
     with BuildContext.make("pocl-cpu", mode="tune", budget="2m") as ctx:
         choices = choose(net, ctx)
@@ -64,7 +65,7 @@ class BuildContext:
              precision="fp32"):
         """Look the target's device up and open its records; `target` is a name or a profile.
         With `ray` (default: $AOTCONV_RAY) and mode "tune", start the tuning farm too.
-        `precision`: fp32 or tf32 (fp16 is an error that says what to use)."""
+        `precision`: fp32, tf32 or fp16."""
         from .space import parse_where
         from .tune import strategies
         from .tune.progress import Progress

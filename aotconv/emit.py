@@ -189,7 +189,7 @@ def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
         binary_note=programs.note,
         buffers=lib.buffers, params=lib.params, folds=lib.folds, launches=launches,
         sizes=lib.sizes, noutputs=len(lib.outputs), param_count=lib.param_count,
-        input_names=[i["name"] for i in inputs],
+        input_names=[i["name"] for i in inputs], half_params=ns["precision"] == "fp16",
         kernel_count=len(lib.run_launches), vendor_pattern=_pattern(target.vendor),
         device_pattern=_pattern(target.device), build_options=" ".join(BUILD_OPTIONS),
         comment=c_comment, cstr=c_literal))

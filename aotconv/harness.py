@@ -1,7 +1,9 @@
 """Run one layer's variant on an OpenCL device through pyopencl: build, fill, launch, read, time.
 
 Used by the per-op tests and by the tuner's measurements; the emitted C library does the same
-thing without Python. Buffers follow the Arg kinds of variants.base.
+thing without Python. Buffers follow the Arg kinds of variants.base. A layer stored in half
+(aotconv.precision) gets half input, output and parameter buffers, filled from float32 rounded
+to nearest even and read back as float32; a variant's own buffers and scratch stay float.
 """
 import os
 import tempfile
@@ -72,10 +74,13 @@ class LayerRun:
                                                                  name=f"{variant.name}")
         self.launches = variant.launches(layer, cfg, self.prefix)
         mf = cl_.mem_flags
-        nbytes = lambda n: max(4 * int(n), 4)
-        self.inputs = [cl_.Buffer(ctx, mf.READ_WRITE, nbytes(count(s))) for s in layer.in_shapes]
-        self.output = cl_.Buffer(ctx, mf.READ_WRITE, nbytes(count(layer.out_shape)))
-        self.params = {n: cl_.Buffer(ctx, mf.READ_WRITE, nbytes(count(s))) for n, s in layer.params}
+        nbytes = lambda n, t=np.float32: max(np.dtype(t).itemsize * int(n), 4)
+        self.in_dtype, self.dtype = _dtypes(layer)
+        self.inputs = [cl_.Buffer(ctx, mf.READ_WRITE, nbytes(count(s), self.in_dtype))
+                       for s in layer.in_shapes]
+        self.output = cl_.Buffer(ctx, mf.READ_WRITE, nbytes(count(layer.out_shape), self.dtype))
+        self.params = {n: cl_.Buffer(ctx, mf.READ_WRITE, nbytes(count(s), self.dtype))
+                       for n, s in layer.params}
         self.extra = {n: cl_.Buffer(ctx, mf.READ_WRITE, nbytes(c))
                       for n, c in variant.buffers(layer, cfg).items()}
         sc = variant.scratch_floats(layer, cfg)
@@ -106,14 +111,13 @@ class LayerRun:
     def set_inputs(self, inputs):
         cl_ = cl()
         for buf, x in zip(self.inputs, inputs):
-            cl_.enqueue_copy(self.queue, buf, np.ascontiguousarray(x, dtype=np.float32))
+            cl_.enqueue_copy(self.queue, buf, _stored(x, self.in_dtype))
 
     def set_params(self, params):
         """Upload the user-layout parameters and run the variant's setup launches."""
         cl_ = cl()
         for n, _ in self.layer.params:
-            cl_.enqueue_copy(self.queue, self.params[n],
-                             np.ascontiguousarray(params[n], dtype=np.float32))
+            cl_.enqueue_copy(self.queue, self.params[n], _stored(params[n], self.dtype))
         for l, k in self.kernels:
             if l.phase == "setup":
                 cl_.enqueue_nd_range_kernel(self.queue, k, l.gsize, l.lsize)
@@ -122,7 +126,7 @@ class LayerRun:
     def poison_output(self):
         cl_ = cl()
         cl_.enqueue_copy(self.queue, self.output,
-                         np.full(count(self.layer.out_shape), np.nan, np.float32))
+                         np.full(count(self.layer.out_shape), np.nan, self.dtype))
 
     def run(self):
         """Enqueue the run launches; returns their events."""
@@ -132,12 +136,25 @@ class LayerRun:
 
     def read_output(self):
         cl_ = cl()
-        out = np.empty(count(self.layer.out_shape), np.float32)
+        out = np.empty(count(self.layer.out_shape), self.dtype)
         cl_.enqueue_copy(self.queue, out, self.output)
-        return out.reshape(self.layer.out_shape)
+        return out.astype(np.float32).reshape(self.layer.out_shape)
 
     def time_ms(self, events):
         return sum((e.profile.end - e.profile.start) * 1e-6 for e in events)
+
+
+def _dtypes(layer):
+    """(numpy type of the buffers `layer` reads, of its output and parameters)."""
+    from .precision import src_storage_of, storage_of
+    of = {"fp32": np.float32, "fp16": np.float16}
+    return of[src_storage_of(layer)], of[storage_of(layer)]
+
+
+def _stored(x, dtype):
+    """`x` as a buffer of `dtype` holds it: through float32 (what the library is given), then
+    rounded to nearest even where `dtype` is half."""
+    return np.ascontiguousarray(np.asarray(x, np.float32).astype(dtype))
 
 
 def run_layer(layer, variant, cfg, inputs, params, target=None, ctx=None):

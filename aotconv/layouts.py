@@ -17,6 +17,9 @@ NCHW, NHWC or CHWN); the network's input and outputs are NCHW, and so are flatte
   reader's layout differs from its producer's, one per (tensor, layout) shared by all the
   readers that want it, placed just before the first of them. Two layouts whose storage
   coincides for a shape (NCHW and NHWC when H = W = 1, NCHW and CHWN when N = 1, ...) need none.
+  The same goes for the element type (aotconv.precision): in an fp16 build the layers store
+  half while the network's inputs and outputs are float, so a layout_convert that also casts
+  (`src_storage` beside its `storage`) follows each input and precedes each output.
 """
 from dataclasses import dataclass, field
 import copy
@@ -58,8 +61,15 @@ def layout_capable(layer):
 
 # -- conversions -------------------------------------------------------------------------------
 
-def convert_layer(name, tensor, shape, src, dst):
-    return Layer(name, "layout_convert", {"src": src, "dst": dst}, [tensor],
+def convert_layer(name, tensor, shape, src, dst, storage="fp32", src_storage="fp32"):
+    """A layout_convert of `tensor` from layout `src` stored as `src_storage` to `dst` stored
+    as `storage` (the attributes of a conversion of an FP32 build are src and dst alone)."""
+    attrs = {"src": src, "dst": dst}
+    if storage != "fp32":
+        attrs["storage"] = storage
+    if src_storage != storage:
+        attrs["src_storage"] = src_storage
+    return Layer(name, "layout_convert", attrs, [tensor],
                  in_shapes=[tuple(shape)], out_shape=tuple(shape))
 
 
@@ -75,38 +85,44 @@ def insert_conversions(net, choices):
     """(net with layout_convert layers where readers and producers disagree, [new layers]).
 
     Idempotent: a network whose conversions are already in place gets none."""
+    from .precision import src_storage_of, storage_of
     net = copy.deepcopy(net)
     names = {l.name for l in net.layers} | set(net.input_names)
     write = {t: NCHW for t in net.input_names}
+    stored = {t: "fp32" for t in net.input_names}      # the inputs are float
     made, new, layers = {}, [], []
 
     shape_of = {t: tuple(s) for t, s in net.inputs}
 
-    def reader_wants(tensor, layout):
+    def reader_wants(tensor, layout, storage):
         shape = shape_of[tensor]
-        if same_storage(shape, write[tensor], layout):
+        if stored[tensor] == storage and same_storage(shape, write[tensor], layout):
             return tensor
-        key = (tensor, layout)
+        key = (tensor, layout, storage)
         if key not in made:
             base = f"{tensor}_to_{layout.lower()}"
+            if stored[tensor] != storage:
+                base = (f"{tensor}_to_{storage}" if same_storage(shape, write[tensor], layout)
+                        else f"{base}_{storage}")
             name, i = base, 2
             while name in names:
                 name, i = f"{base}_{i}", i + 1
             names.add(name)
-            conv = convert_layer(name, tensor, shape, write[tensor], layout)
+            conv = convert_layer(name, tensor, shape, write[tensor], layout, storage,
+                                 stored[tensor])
             layers.append(conv)
             new.append(conv)
             made[key] = name
-            write[name], shape_of[name] = layout, shape
+            write[name], stored[name], shape_of[name] = layout, storage, shape
         return made[key]
 
     for l in net.layers:
         read, wrote = layouts_of(l, choices.get(l.name))
-        l.inputs = [reader_wants(t, read) for t in l.inputs]
+        l.inputs = [reader_wants(t, read, src_storage_of(l)) for t in l.inputs]
         layers.append(l)
-        write[l.name] = wrote
+        write[l.name], stored[l.name] = wrote, storage_of(l)
         shape_of[l.name] = tuple(l.out_shape)
-    net.outputs = [reader_wants(t, NCHW) for t in net.outputs]
+    net.outputs = [reader_wants(t, NCHW, "fp32") for t in net.outputs]
     net.layers = layers
     return net, new
 
@@ -152,7 +168,10 @@ class ConvertCosts:
                 and not same_storage(*k)]
         if not keys:
             return
-        layers = [convert_layer(f"convert{i}", "input", s, a, b) for i, (s, a, b) in enumerate(keys)]
+        from .precision import STORAGE, of_target
+        st = STORAGE[of_target(self.target)]           # an fp16 build's tensors are half
+        layers = [convert_layer(f"convert{i}", "input", s, a, b, st, st)
+                  for i, (s, a, b) in enumerate(keys)]
         net = Network("layout_conversions", keys[0][0], layers, [layers[-1].name])
         got = choose_fn(net, [l.name for l in layers])
         for k, l in zip(keys, layers):

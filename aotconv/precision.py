@@ -1,44 +1,55 @@
-"""The arithmetic a build allows (`--precision`), what each variant computes in, and TF32.
+"""The arithmetic and storage a build allows (`--precision`), what each variant computes in,
+TF32 and half storage.
 
     fp32  FP32 storage and math everywhere (the default).
     tf32  FP32 storage; every conv layer a tensor-core variant serves may multiply in TF32
           (10-bit mantissa, operands rounded to nearest, ties away from zero, as cvt.rna does)
           with FP32 accumulation; the tuner picks it where it measures faster, every other
           layer computes in FP32 (more precise, so within tf32's tolerance).
-    fp16  half storage: not built yet; asking for it is an error that says what to use.
+    fp16  half storage: every layer's weights and output are stored in half (IEEE binary16,
+          rounded to nearest even) in device memory, read with vload_half and written with
+          vstore_half_rte; all arithmetic and accumulation stays FP32. The library's calls
+          stay float: set_params converts the parameters once, and a cast kernel converts the
+          network's inputs to half and its outputs back to float on the device.
 
 A variant declares what it computes in with a class attribute `precision` (FP32 when it has
-none). A build of precision P allows the variants whose precision is at least as precise as P
-(`allows`); aotconv.variants.limits turns that into a hardware-level constraint of every
-reduced-precision variant, so spaces, records and fallbacks never offer a TF32 kernel to an
-FP32 build. docs/precision.md has the rules and the tolerance derived for TF32
-(aotconv.protocol checks tuning candidates with it).
+none), and whether its template renders half-storage kernels with `half_storage`. A build of
+precision P allows the variants whose arithmetic is at least as precise as P's (`allows`: an
+fp16 build computes in FP32) and, for fp16, only those with half storage (`reason`);
+aotconv.variants.limits turns that into hardware-level constraints, so spaces, records and
+fallbacks never offer a TF32 kernel to an FP32 build nor an FP32-storage kernel to an fp16 one.
+An fp16 build's layers carry `storage: fp16` in their attributes (`stored`), so their
+signatures, and with them every tuning record's key, differ from an FP32 build's, whose are
+unchanged. docs/precision.md has the rules and the tolerances derived for TF32 and half
+(aotconv.protocol checks tuning candidates with them).
 
 The rest is for the reports and the checks: which layers of a schedule compute in TF32
-(`reduced_layers`, `summary`), numpy's TF32 rounding (`round_tf32`), and the float64
-reference of a network whose TF32 layers' operands are rounded as the library rounds them
-(`network_reference`: what a tf32 build's --check compares with).
+(`reduced_layers`, `summary`), numpy's TF32 and half rounding (`round_tf32`, `round_fp16`),
+and the float64 references of a network whose operands are rounded as the library rounds
+them (`network_reference` for TF32 layers, `half_network_reference` for half storage: what
+the --check of a tf32 or fp16 build compares with).
 """
 import numpy as np
 
 from .errors import AotconvError
 
 PRECISIONS = ("fp32", "tf32", "fp16")
-BUILT = ("fp32", "tf32")
+BUILT = PRECISIONS
 DEFAULT = "fp32"
-# most precise first: a build allows the variants at or before its own place
-_ORDER = {"fp32": 0, "tf32": 1, "fp16": 2}
+# the arithmetic of each build: fp16 stores half and computes in FP32
+MATH = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp32"}
+# most precise first: a build allows the variants at or before its arithmetic's place
+_ORDER = {"fp32": 0, "tf32": 1}
 NAMES = {"fp32": "FP32", "tf32": "TF32", "fp16": "FP16"}
+# how each build stores weights and activations in device memory, and the bytes of an element
+STORAGE = {"fp32": "fp32", "tf32": "fp32", "fp16": "fp16"}
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2}
 
 
 def check(precision):
     """`precision` if a build can be made in it; else a one-line error that says what to use."""
     if precision is None:
         return DEFAULT
-    if precision == "fp16":
-        raise AotconvError("--precision fp16: half-precision storage is not built yet; use "
-                           "--precision tf32 (FP32 storage, TF32 tensor-core math on NVIDIA GPUs "
-                           "of compute capability 8.0 or newer) or fp32")
     if precision not in BUILT:
         raise AotconvError(f"--precision {precision}: choose one of {', '.join(PRECISIONS)}")
     return precision
@@ -54,7 +65,7 @@ def of_variant(variant):
 
 def allows(build, variant_precision):
     """May a build of precision `build` run a kernel that computes in `variant_precision`?"""
-    return _ORDER[variant_precision] <= _ORDER[build]
+    return _ORDER[variant_precision] <= _ORDER[MATH[build]]
 
 
 def allowing(variant_precision):
@@ -66,17 +77,81 @@ def reason(variant, target):
     """None when a build for `target` (a profile carrying its precision) may run `variant`,
     else why not: the spaces leave such a variant out, as they leave out one that does not
     implement the layer."""
-    p = of_variant(variant)
-    if allows(of_target(target), p):
-        return None
-    return (f"{variant.name} computes in {NAMES[p]}: only a build of --precision "
-            f"{' or '.join(allowing(p))} runs it")
+    p, build = of_variant(variant), of_target(target)
+    if not allows(build, p):
+        return (f"{variant.name} computes in {NAMES[p]}: only a build of --precision "
+                f"{' or '.join(allowing(p))} runs it")
+    if STORAGE[build] == "fp16" and not getattr(variant, "half_storage", False):
+        return storage_reason(variant)
+    return None
+
+
+def storage_reason(variant):
+    """Why an fp16 build does not run `variant`."""
+    return (f"{variant.name} has no half-storage kernel: only a build of --precision "
+            f"{' or '.join(p for p in BUILT if STORAGE[p] == 'fp32')} runs it")
 
 
 def of_target(target):
     """The precision a target profile carries (aotconv.context sets it; a profile as written
     is fp32)."""
     return getattr(target, "precision", DEFAULT) or DEFAULT
+
+
+# -- half storage ------------------------------------------------------------------------------
+
+def storage_of(layer):
+    """How `layer`'s output and parameters are stored: "fp32", or "fp16" in an fp16 build."""
+    return layer.attrs.get("storage", "fp32")
+
+
+def src_storage_of(layer):
+    """How the tensors `layer` reads are stored: its own storage, but for a cast (a
+    layout_convert between a float and a half tensor, aotconv.layouts) its `src_storage`."""
+    return layer.attrs.get("src_storage", storage_of(layer))
+
+
+def element_bytes(storage):
+    return ELEMENT_BYTES[storage]
+
+
+def stored(net, precision):
+    """`net` (after passes) as a build of `precision` stores it: for fp16 a copy whose every
+    layer carries `storage: fp16` in its attributes (so its signature and every record key
+    say so, and its kernels render half loads and stores); else `net` itself, unchanged."""
+    import copy
+    storage = STORAGE[check(precision)]
+    if storage == "fp32":
+        return net
+    net = copy.deepcopy(net)
+    for l in net.layers:
+        l.attrs = dict(l.attrs, storage=storage)
+    return net
+
+
+def check_storage(layers, target):
+    """Every layer of `layers` stored as a build for `target` stores it (an internal error
+    otherwise: a network must go through `stored` before its kernels are chosen), and, for
+    fp16, served by some variant with half storage: else a one-line error naming the layers
+    none serves."""
+    from .variants import active
+    storage = STORAGE[of_target(target)]
+    wrong = [l.name for l in layers if storage_of(l) != storage and l.op != "layout_convert"]
+    if wrong:
+        raise AotconvError(f"internal: layers {', '.join(wrong)} are not stored as the "
+                           f"--precision {of_target(target)} build stores them")
+    if storage == "fp32":
+        return
+    variants = active()
+    missing = [l for l in layers
+               if not any(v.supports(l) is None and reason(v, target) is None for v in variants)]
+    if missing:
+        raise AotconvError(
+            f"--precision {of_target(target)}: no kernel variant stores half for "
+            f"{len(missing)} layer(s): "
+            + ", ".join(f"{l.name} ({l.op}{', line %d' % l.line if l.line else ''})"
+                        for l in missing)
+            + "; build the network with --precision fp32 or tf32")
 
 
 # -- a schedule's precision --------------------------------------------------------------------
@@ -92,10 +167,15 @@ def reduced_layers(choices):
     return out
 
 
-def summary(choices, requested=DEFAULT):
+def summary(choices, requested=DEFAULT, storage="fp32"):
     """(what the library computes in, one sentence saying where): the header's and the
     report's precision. The library computes in `requested` only where a layer does: a tf32
-    build where no tensor-core variant served a layer computes in FP32 and says so."""
+    build where no tensor-core variant served a layer computes in FP32 and says so. `storage`:
+    how its layers store their tensors ("fp16": an fp16 build)."""
+    if storage == "fp16":
+        return "fp16", ("FP16 storage of every layer's weights and output (the inputs and outputs "
+                        "float at the calls, converted on the device); FP32 math and "
+                        "accumulation in every layer")
     reduced = reduced_layers(choices)
     convs = sum(1 for c in choices.values() if c.impl.ops and "conv" in c.impl.ops)
     if not reduced:
@@ -120,7 +200,8 @@ def of_schedule(sch, target):
     choices = {}
     for s in scheds:
         choices.update(s.choices)
-    return summary(choices, of_target(target))
+    half = any(storage_of(l) == "fp16" for s in scheds for l in s.net.layers)
+    return summary(choices, of_target(target), "fp16" if half else "fp32")
 
 
 # -- TF32 arithmetic in numpy ------------------------------------------------------------------
@@ -196,7 +277,83 @@ class TF32Reference:
 
 
 def check_reference(sch, source, flat):
-    """A TF32Reference for the schedule `sch` of `source` when some of its layers compute in
-    TF32, else None (the FP32 reference stands)."""
+    """What the --check of the schedule `sch` of `source` compares with: a HalfReference when
+    its layers store half, a TF32Reference when some compute in TF32, else None (the FP32
+    reference stands)."""
+    if any(storage_of(l) == "fp16" for l in sch.net.layers):
+        return HalfReference(sch, flat)
     layers = [n for n, p in reduced_layers(sch.choices) if p == "tf32"]
     return TF32Reference(source, sch.net, flat, layers) if layers else None
+
+
+# -- half storage in numpy ---------------------------------------------------------------------
+
+def round_fp16(a):
+    """`a` (any float array) rounded to half as the library rounds it (vstore_half_rte and
+    set_params: to nearest, ties to even, subnormals kept, overflow to infinity), as float64."""
+    with np.errstate(over="ignore"):               # past 65504: infinity, as the device's
+        return np.asarray(a).astype(np.float16).astype(np.float64)
+
+
+def half_params(sch, flat):
+    """{layer: {tensor: float64 array}} of the parameters of the schedule `sch` (its net's
+    layers) as an fp16 library holds them after set_params(`flat`): each tensor of the user's
+    rounded from float32 to half; a weight and bias folded with batchnorms computed as
+    set_params computes them (per channel in double, rounded to float32), then to half."""
+    flat = np.asarray(flat, np.float32).ravel()
+    shapes = {f"{l.name}.{t}": (l.name, t, tuple(s)) for l in sch.net.layers for t, s in l.params}
+    out = {}
+    for p in sch.params:
+        lname, tname, shape = shapes[p.name]
+        out.setdefault(lname, {})[tname] = round_fp16(flat[p.offset:p.offset + p.count]
+                                                      .reshape(shape))
+    for f in sch.folds:
+        w = flat[f.weight_offset:f.weight_offset + f.channels * f.per_channel].astype(np.float64)
+        w = w.reshape(f.channels, f.per_channel)
+        b = (flat[f.bias_offset:f.bias_offset + f.channels].astype(np.float64)
+             if f.bias_offset is not None else np.zeros(f.channels))
+        s = np.ones(f.channels)
+        for _, g, beta, mean, var, eps in f.batchnorms:    # set_folds (rt_net.c), in double
+            sk = flat[g:g + f.channels] / np.sqrt(flat[var:var + f.channels].astype(np.float64)
+                                                  + eps)
+            s = s * sk
+            b = (b - flat[mean:mean + f.channels]) * sk + flat[beta:beta + f.channels]
+        lname, _, wshape = shapes[f"{f.layer}.weight"]
+        out.setdefault(lname, {})["weight"] = round_fp16(
+            (w * s.reshape(-1, 1)).astype(np.float32).reshape(wshape))
+        out[lname]["bias"] = round_fp16(b.astype(np.float32))
+    return out
+
+
+def half_network_reference(sch, x, params):
+    """The float64 outputs of the schedule `sch` of an fp16 build on `x` (the input, or the
+    inputs as reference.run_network takes them) with `params` (half_params): every layer of
+    the network as the library runs it (after passes, fusion, layout conversions and casts)
+    computes in float64 on its inputs and parameters as stored, and its output is rounded to
+    half where the library stores it in half; the casts to float at the outputs are exact."""
+    from .ops import is_alias
+    from .reference import forward
+    net = sch.net
+    values = {t: np.asarray(v, np.float64) for t, v in net.input_values(x).items()}
+    for layer in net.layers:
+        y = forward(layer, [values[i] for i in layer.inputs], params.get(layer.name, {}))
+        if storage_of(layer) == "fp16" and not is_alias(layer):
+            y = round_fp16(y)
+        values[layer.name] = y
+    return [values[o] for o in net.outputs]
+
+
+class HalfReference:
+    """What an fp16 build checks its library against (--check): half_network_reference of
+    the schedule `sch` with the parameters `flat`; callable on an input batch like the other
+    references of aotconv.compiler."""
+
+    name = ("the float64 numpy reference with every weight and every layer's stored output "
+            "rounded to half")
+
+    def __init__(self, sch, flat):
+        self.sch = sch
+        self.params = half_params(sch, flat)
+
+    def __call__(self, x):
+        return half_network_reference(self.sch, x, self.params)

@@ -15,6 +15,11 @@ bench` (our kernels and the reference libraries beside them) and tools/kernel_pr
   rounding both operands of every product to TF32: |out - ref| <= TOLERANCE * max(1, |ref|)
   + L * (2u + u^2) * sum_k |w_k| |x_k| per output, u = 2^-11 (TF32's unit roundoff), L the
   Lipschitz constant of the fused activation (`tf32_allowance`; docs/precision.md derives it).
+  A kernel of a layer stored in half (an fp16 build) is allowed, on top of TOLERANCE, what
+  storing in half does: the exact effect of rounding its stored inputs and parameters to half
+  (the float64 reference on the rounded operands, less the reference) and the rounding of its
+  stored output, u (|ref16| + TOLERANCE max(1, |ref16|)) + 2^-25 with u = 2^-11
+  (`half_allowance`; docs/precision.md).
 - Copies: as many sets of the buffers as spill the last-level cache twice, at most
   MAX_COPIES and 1/8 of the device memory (`copies`); launch i runs on copy i % copies, so
   a repeat is not served from a cache the previous one warmed.
@@ -44,6 +49,10 @@ MAX_COPIES = 16
 # a relative 2^-11; a product of two rounded operands by at most (1 + u)^2 - 1 = 2u + u^2
 TF32_UNIT_ROUNDOFF = 2.0 ** -11
 TF32_PRODUCT_BOUND = 2 * TF32_UNIT_ROUNDOFF + TF32_UNIT_ROUNDOFF ** 2
+# half keeps 10 of FP32's 23 mantissa bits and 5 exponent bits: rounding to nearest even is off
+# by at most a relative 2^-11 in the normal range and by half its subnormal spacing, 2^-25, below
+FP16_UNIT_ROUNDOFF = 2.0 ** -11
+FP16_SUBNORMAL_HALF_ULP = 2.0 ** -25
 # the largest slope of each fused activation (|act(a) - act(b)| <= L |a - b|): an error in the
 # sum reaches the output at most L times as large
 _LIPSCHITZ = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "clip": 1.0, "tanh": 1.0,
@@ -92,6 +101,26 @@ def tf32_allowance(layer, xs, params):
     return act_lipschitz(layer.attrs) * TF32_PRODUCT_BOUND * s
 
 
+def half_allowance(layer, xs, params, expected, tol=TOLERANCE):
+    """Per output of a `layer` stored in half (float64, the output's shape): what storing its
+    operands and its output in half may move it from `expected` (the float64 reference on `xs`
+    and `params` as given): |ref16 - expected|, the exact effect of rounding the stored inputs
+    and parameters to half (ref16: the float64 reference on the rounded operands), plus the
+    rounding of a half output, u (|ref16| + tol max(1, |ref16|)) + 2^-25, the computed value
+    being within tol of ref16 before it is stored (FP32 accumulation)."""
+    from .precision import round_fp16, src_storage_of, storage_of
+    half_in, half_out = src_storage_of(layer) == "fp16", storage_of(layer) == "fp16"
+    as_stored = lambda v, half: (round_fp16(np.asarray(v, np.float32)) if half  # noqa: E731
+                                 else np.asarray(v, np.float64))
+    ref16 = forward(layer, [as_stored(x, half_in) for x in xs],
+                    {k: as_stored(v, half_out) for k, v in params.items()})
+    a = np.abs(ref16 - np.asarray(expected, np.float64))
+    if half_out:
+        mag = np.abs(ref16)
+        a = a + FP16_UNIT_ROUNDOFF * (mag + tol * np.maximum(1.0, mag)) + FP16_SUBNORMAL_HALF_ULP
+    return a
+
+
 def close_within(out, ref, tol, allowance):
     """The hybrid check with an allowance per output: |out - ref| <= tol * max(1, |ref|) +
     allowance everywhere. The error reported is the largest |out - ref| / (max(1, |ref|) +
@@ -110,8 +139,8 @@ def close_within(out, ref, tol, allowance):
 class Reference:
     """The float64 output of `layer` on the first `images` images (every image when None),
     computed once when first needed; skipped, and saying why, where it would cost more than
-    `max_gflop`. check() with precision "tf32" adds the TF32 allowance (tf32_allowance),
-    computed once too."""
+    `max_gflop`. check() with precision "tf32" adds the TF32 allowance (tf32_allowance), and
+    for a layer stored in half the half allowance (half_allowance), each computed once too."""
 
     def __init__(self, layer, xs, params, images=None, max_gflop=None, tol=TOLERANCE):
         n = layer.in_shape[0]
@@ -122,6 +151,7 @@ class Reference:
         self.skipped = None
         self._expected = None
         self._allowance = None
+        self._half = None
         if max_gflop is not None:
             cost = flops(layer) * self.images / n / 1e9
             if cost > max_gflop:
@@ -141,15 +171,28 @@ class Reference:
             self._allowance = tf32_allowance(self.layer, self.xs, self.params)
         return self._allowance
 
+    def half(self, tol):
+        """half_allowance of the checked images."""
+        if self._half is None or self._half[0] != tol:
+            self._half = (tol, half_allowance(self.layer, self.xs, self.params, self.expected(),
+                                              tol))
+        return self._half[1]
+
     def check(self, out, tol=None, precision="fp32"):
         """{'ok', 'error', 'images'} (error: the largest scaled difference) or {'skipped': why}.
         `precision`: what the kernel computes in (aotconv.precision): "tf32" adds the
-        allowance of TF32 operands."""
+        allowance of TF32 operands. A layer stored in half (the layer says so: its storage,
+        aotconv.precision) adds the half allowance to FP32 arithmetic."""
+        from .precision import src_storage_of, storage_of
         if self.skipped:
             return {"skipped": self.skipped}
         tol = self.tol if tol is None else tol
         out = np.asarray(out)[:self.images]
-        if precision == "fp32":
+        if "fp16" in (storage_of(self.layer), src_storage_of(self.layer)):
+            if precision != "fp32":
+                raise ValueError(f"no tolerance for {precision} arithmetic on half storage")
+            ok, err = close_within(out, self.expected(), tol, self.half(tol))
+        elif precision == "fp32":
             ok, err = close(out, self.expected(), tol)
         elif precision == "tf32":
             ok, err = close_within(out, self.expected(), tol, self.allowance())
@@ -170,8 +213,10 @@ def copies(footprint, cache_bytes, mem_bytes):
 
 def layer_footprint(layer):
     """Bytes of a layer's inputs, output and parameters: one copy, whoever computes it."""
-    return 4 * (sum(count(s) for s in layer.in_shapes) + count(layer.out_shape)
-                + sum(count(s) for _, s in layer.params))
+    from .precision import element_bytes, src_storage_of, storage_of
+    return (element_bytes(src_storage_of(layer)) * sum(count(s) for s in layer.in_shapes)
+            + element_bytes(storage_of(layer)) * (count(layer.out_shape)
+                                                  + sum(count(s) for _, s in layer.params)))
 
 
 def buffers_footprint(run):

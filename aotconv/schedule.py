@@ -18,6 +18,7 @@ from .graph import count
 from .names import c_comment, c_ident, kernel_prefix
 from .ops import is_alias
 from .passes import batchnorm_folds, resolve_alias
+from .precision import element_bytes, storage_of
 from .layouts import insert_conversions, fallback_convert_choices
 
 
@@ -162,8 +163,8 @@ def plan_activations(net):
             last[t] = max(last[t], i)
     for t in net.outputs:
         last[resolve_alias(net, t)] = float("inf")
-    size = {t: 4 * count(s) for t, s in net.inputs}
-    size.update({l.name: 4 * count(l.out_shape) for l in order})
+    size = {t: 4 * count(s) for t, s in net.inputs}     # the inputs are float
+    size.update({l.name: element_bytes(storage_of(l)) * count(l.out_shape) for l in order})
 
     slots, holder, assign = [], [], {}
     for t in inputs + [l.name for l in order]:
@@ -200,7 +201,8 @@ def _plan_params(sch, net):
     param_buf = {}
 
     def buffer(lname, tname, shape):
-        sch.buffers.append(Buffer(f"{lname}.{tname}", 4 * count(shape), "param"))
+        esize = element_bytes(storage_of(net.layer(lname)))    # half in an fp16 build
+        sch.buffers.append(Buffer(f"{lname}.{tname}", esize * count(shape), "param"))
         param_buf[f"{lname}.{tname}"] = len(sch.buffers) - 1
         return len(sch.buffers) - 1
 

@@ -17,6 +17,7 @@
 #include <CL/cl.h>
 #endif
 #include <stddef.h>
+#include <stdint.h>
 
 #ifndef AOTRT_NS
 #error "AOTRT_NS must name the network (the generated build.ninja sets it)"
@@ -59,6 +60,7 @@
 #define aotrt_build_programs AOTRT_SYM(build_programs)
 #define aotrt_enqueue AOTRT_SYM(enqueue)
 #define aotrt_stage_setup AOTRT_SYM(stage_setup)
+#define aotrt_halves_from_floats AOTRT_SYM(halves_from_floats)
 
 /* Error codes, the same for every emitted library (documented in the generated header). */
 enum {
@@ -195,6 +197,8 @@ typedef struct {
     int noutputs;
     int nsizes;                   /* 1, or the batch sizes of a ranged library */
     const aotrt_size *sizes;      /* in increasing batch order; run() runs the last */
+    int half_params;              /* 1: the parameter buffers hold half (an fp16 build), which
+                                     set_params rounds the floats to; 0 (FP32 builds): float */
 } aotrt_desc;
 
 /* The size run(), run_async() and run_buffers() run, and that host_buffers() and the staging
@@ -308,5 +312,7 @@ const char *aotrt_shown(const char *text, char *buf, size_t size);
 int aotrt_build_programs(aotrt_net *n, const aotrt_options *o);
 int aotrt_enqueue(aotrt_net *n, int launch, cl_event *ev);
 int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o);
+/* `count` floats as IEEE binary16 bits, rounded to nearest even (rt_half.c) */
+void aotrt_halves_from_floats(uint16_t *dst, const float *src, size_t count);
 
 #endif

@@ -203,6 +203,25 @@ static double fold_sqrt(double x)
     return y;
 }
 
+/* `count` floats from `src` into parameter buffer `b` as the kernels read it: float (a
+ * non-blocking write unless `blocking`: `src` outlives it) or, where the parameters are stored
+ * in half (desc.half_params, an fp16 build), rounded to half in a host array of its own and
+ * written blocking. */
+static cl_int write_param(aotrt_net *n, int b, const float *src, size_t count, cl_bool blocking)
+{
+    if (!n->desc->half_params)
+        return clEnqueueWriteBuffer(n->queue, n->buffers[b], blocking, 0, count * sizeof(float),
+                                    src, 0, NULL, NULL);
+    uint16_t *h = malloc(count ? count * sizeof *h : 1);
+    if (!h)
+        return CL_OUT_OF_HOST_MEMORY;
+    aotrt_halves_from_floats(h, src, count);
+    cl_int e = clEnqueueWriteBuffer(n->queue, n->buffers[b], CL_TRUE, 0, count * sizeof *h, h,
+                                    0, NULL, NULL);
+    free(h);
+    return e;
+}
+
 /* The folded weights and biases (aotrt_fold), written to their buffers. */
 static int set_folds(aotrt_net *n, const float *params)
 {
@@ -241,10 +260,8 @@ static int set_folds(aotrt_net *n, const float *params)
                     tmp[c * f->per_channel + j] = (float)((double)w[c * f->per_channel + j] * s);
             }
             size_t floats = pass ? f->channels : f->channels * f->per_channel;
-            cl_int e = clEnqueueWriteBuffer(n->queue, n->buffers[pass ? f->bias_buffer
-                                                                      : f->weight_buffer],
-                                            CL_TRUE, 0, floats * sizeof(float), tmp, 0, NULL,
-                                            NULL);
+            cl_int e = write_param(n, pass ? f->bias_buffer : f->weight_buffer, tmp, floats,
+                                   CL_TRUE);
             if (e != CL_SUCCESS)
                 rc = aotrt_set_error(n, AOTRT_ERR_OPENCL,
                                      "%s: layer '%s': clEnqueueWriteBuffer of the folded %s "
@@ -269,8 +286,7 @@ int aotrt_set_params(aotrt_net *n, const float *params, size_t count)
                                d->net, count, d->param_count);
     for (int i = 0; i < d->nparams; ++i) {
         const aotrt_param *p = &d->params[i];
-        CHECK(n, clEnqueueWriteBuffer(n->queue, n->buffers[p->buffer], CL_FALSE, 0,
-                                      p->count * sizeof(float), params + p->offset, 0, NULL, NULL),
+        CHECK(n, write_param(n, p->buffer, params + p->offset, p->count, CL_FALSE),
               "clEnqueueWriteBuffer", p->name);
     }
     /* batchnorms folded into the conv or dense before them, then weight re-layouts (packing,

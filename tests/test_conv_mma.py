@@ -1,6 +1,6 @@
 """--precision and the tensor-core convolution conv_mma (TF32 mma.sync m16n8k8).
 
-Device-free: the precision option (fp16 refused with what to use), TF32 rounding as cvt.rna
+Device-free: the precision option (an unknown value refused naming the choices), TF32 rounding as cvt.rna
 rounds, the TF32 tolerance (a bound the worst case reaches), conv_mma offered only to tf32
 builds on tensor-core devices, its records never serving an fp32 build.
 
@@ -67,21 +67,19 @@ def points(layer, target, n):
 
 # -- the option ---------------------------------------------------------------------------------
 
-def test_fp16_is_refused_with_what_to_use():
-    with pytest.raises(AotconvError, match="not built yet; use --precision tf32 .* or fp32"):
-        check("fp16")
+def test_an_unknown_precision_is_refused_with_the_choices():
     with pytest.raises(AotconvError, match="--precision fp64: choose one of fp32, tf32, fp16"):
         check("fp64")
-    assert check(None) == "fp32" and check("tf32") == "tf32"
+    assert check(None) == "fp32" and check("tf32") == "tf32" and check("fp16") == "fp16"
 
 
-@pytest.mark.parametrize("argv", [["build", "lenet5", "--precision", "fp16"],
-                                  ["tune", "lenet5", "--precision", "fp16"],
-                                  ["space", "lenet5", "--precision", "fp16"]])
-def test_the_cli_refuses_fp16_in_one_line(argv, capsys):
+@pytest.mark.parametrize("argv", [["build", "lenet5", "--precision", "fp64"],
+                                  ["tune", "lenet5", "--precision", "fp64"],
+                                  ["space", "lenet5", "--precision", "fp64"]])
+def test_the_cli_refuses_an_unknown_precision_in_one_line(argv, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "half-precision storage is not built yet" in err
+    assert err.count("\n") == 0 and "choose one of fp32, tf32, fp16" in err
     assert "Traceback" not in err
 
 

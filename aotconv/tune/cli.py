@@ -80,7 +80,9 @@ def cmd_space(args, load=None):
     target = get_target(args.target)
     if getattr(args, "precision", None):            # what the spaces of that build offer
         from ..context import with_precision
+        from ..precision import stored
         target = with_precision(target, args.precision)
+        net = stored(net, args.precision)               # fp16: its layers store half
     names = args.layer or [l.name for l in net.layers if not is_alias(l)]
     for i, name in enumerate(names):
         try:
@@ -105,11 +107,20 @@ def cmd_tune(args, load=None):
     if args.layer:
         for n in args.layer:
             net.layer(n)
+    precision = getattr(args, "precision", None) or "fp32"
+    if precision != "fp32":                             # fp16: its layers store half
+        from ..context import with_precision
+        from ..ops import is_alias
+        from ..precision import check_storage, stored
+        net = stored(net, precision)
+        check_storage([l for l in net.layers if not is_alias(l)
+                       and (not args.layer or l.name in args.layer)],
+                      with_precision(target, precision))
     choices = choose(net, target, mode="tune", budget=args.budget, strategy=args.strategy,
                      tuning_db=args.tuning_db, quiet=args.quiet, json_progress=args.json,
                      jobs=args.jobs, seed=args.seed, only=args.layer,
                      where=getattr(args, "where", None),
-                     precision=getattr(args, "precision", None) or "fp32")
+                     precision=precision)
     if args.json:
         print(json.dumps({"event": "summary", "target": target.name,
                           "layers": {n: summary_row(net.layer(n), c, target)

@@ -8,6 +8,7 @@ class AddDirect(Elementwise):
     name = "add_direct"
     ops = ("add",)
     template = "kernels/add.cl.mako"
+    half_storage = True
 
     def template_params(self, layer, cfg):
         return dict(N_ELEMS=count(layer.out_shape), M=len(layer.in_shapes))

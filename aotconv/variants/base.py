@@ -12,7 +12,11 @@ tests need to know about it is declared here, in one place:
 - `fallback(layer, target)`: the configuration used untuned, valid under the target's limits
   whenever the variant has a valid point for the layer (else it raises NoFallback, or returns a
   point the space rejects: aotconv.space.fallback_point then offers none).
-- `render(layer, cfg, prefix)`: the OpenCL source; every size a compile-time constant.
+- `render(layer, cfg, prefix)`: the OpenCL source; every size a compile-time constant. The
+  template's namespace holds `storage`, how the layer's tensors are stored (aotconv.precision:
+  "fp32", or "fp16" in a --precision fp16 build), which templates/kernels/_common.mako's
+  storage helpers (T, LOAD, STORE...) read; `half_storage = True` declares that the template
+  renders half-storage kernels (the spaces of an fp16 build leave out the others).
 - `launches(layer, cfg, prefix)`: the kernels to enqueue, in order, with their arguments and
   global/local sizes. Launches with phase "setup" run once in set_params (weight re-layout).
 - `buffers(layer, cfg)`: extra device buffers the variant needs (packed weights, scratch).
@@ -225,6 +229,8 @@ class Variant:
     scratch = False             # True if it uses the shared scratch buffer
     index_bits = 32             # the template's index type: int (aotconv.space checks every
                                 # index it computes fits) or 64 for long
+    half_storage = False        # True: renders half-storage kernels (--precision fp16), its
+                                # own buffers and scratch staying FP32 (docs/precision.md)
 
     # -- domain ---------------------------------------------------------------------------------
     def supports(self, layer):
@@ -276,8 +282,9 @@ class Variant:
 
     def render(self, layer, cfg, prefix):
         t = _lookup.get_template(self.template)
+        from ..precision import storage_of
         ns = dict(layer=layer, cfg=cfg.as_dict(), prefix=prefix, attrs=layer.attrs,
-                  variant=self.name)
+                  variant=self.name, storage=storage_of(layer))
         ns.update(cfg.as_dict())
         ns.update(self.template_params(layer, cfg))
         return t.render(**ns)

@@ -14,6 +14,7 @@ class BatchnormDirect(Variant):
     name = "batchnorm_direct"
     ops = ("batchnorm",)
     template = "kernels/batchnorm.cl.mako"
+    half_storage = True
     constraints = elementwise_constraints()
 
     def knobs(self, layer, target):

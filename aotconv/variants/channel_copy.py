@@ -17,6 +17,7 @@ def _items(layer, cfg):
 
 class _ChannelCopy(Flat):
     template = "kernels/channel_copy.cl.mako"
+    half_storage = True
     constraints = flat_constraints(_items, Constraint(
         "vec_within_plane", "software",
         "a work-item block longer than an H*W plane only adds idle iterations",

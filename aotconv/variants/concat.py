@@ -13,6 +13,7 @@ class ConcatDirect(Variant):
     name = "concat_direct"
     ops = ("concat",)
     template = "kernels/concat.cl.mako"
+    half_storage = True
     constraints = flat_constraints(lambda layer, cfg: count(layer.out_shape))
 
     def knobs(self, layer, target):

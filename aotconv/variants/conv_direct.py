@@ -21,6 +21,7 @@ class ConvDirect(ChannelBlocked):
     name = "conv_direct"
     ops = ("conv",)
     template = "kernels/conv_direct.cl.mako"
+    half_storage = True
 
     def registers(self, layer, cfg):
         """Estimated 32-bit registers per work-item (aotconv.space checks the device's budget):

@@ -37,6 +37,7 @@ class ConvPoolDirect(ChannelBlocked):
     name = "conv_pool_direct"
     ops = ("conv_pool",)
     template = "kernels/conv_pool.cl.mako"
+    half_storage = True
 
     def registers(self, layer, cfg):
         """KB conv accumulators, KB pool accumulators, about 28 for indices and pointers."""

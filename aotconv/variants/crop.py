@@ -18,6 +18,7 @@ class CropDirect(Flat):
     name = "crop_direct"
     ops = ("crop",)
     template = "kernels/crop.cl.mako"
+    half_storage = True
     constraints = flat_constraints(_items, Constraint(
         "vec_within_row", "software",
         "a work-item block longer than an output row only adds idle iterations",

@@ -12,6 +12,7 @@ class DenseDirect(Reduction):
     name = "dense_direct"
     ops = ("dense",)
     template = "kernels/dense_direct.cl.mako"
+    half_storage = True
     what = "output"
     width = staticmethod(lambda layer: count(layer.in_shape[1:]))
     within = ("row", "in a group reduction, work-items beyond the input length only add zeros")

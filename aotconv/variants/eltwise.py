@@ -7,6 +7,7 @@ class Eltwise(Variant):
     name = "eltwise"
     ops = ACT_OPS
     template = "kernels/eltwise.cl.mako"
+    half_storage = True
     constraints = (
         Constraint("vec_not_wasteful", "software",
                    "a work-item block larger than the tensor only adds idle lanes",

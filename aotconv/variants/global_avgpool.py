@@ -11,6 +11,7 @@ class GlobalAvgpoolDirect(Reduction):
     name = "global_avgpool_direct"
     ops = ("global_avgpool",)
     template = "kernels/global_avgpool.cl.mako"
+    half_storage = True
     what = "plane"
     width = staticmethod(lambda layer: layer.in_shape[2] * layer.in_shape[3])
     within = ("plane", "in a group reduction, work-items beyond the plane size only add zeros")

@@ -13,10 +13,16 @@ planes. Two ways:
              barrier, write along B, so both sides are contiguous; the work-group is
              (TILE, WG/TILE) and each work-item moves TILE/(WG/TILE) elements each way; the
              local tile has one float of padding per row against bank conflicts
+
+In an fp16 build (aotconv.precision) the tensors are half, and a layout_convert whose
+`src_storage` differs from its `storage` is also a cast: aotconv.layouts puts one after each
+network input (float to half, rounded to nearest even) and before each output (half to float,
+exact), in the same kernel as any change of layout.
 """
 from .base import Variant, Knob, Constraint, Launch, In, Out, ceil_div
 from .flat import flat_launch, wg_fills_simd, wg_not_wasteful
 from ..graph import count
+from ..precision import src_storage_of
 
 ORDER = {"NCHW": "NCS", "NHWC": "NSC", "CHWN": "CSN"}
 
@@ -48,6 +54,7 @@ class LayoutConvert(Variant):
     name = "layout_convert"
     ops = ("layout_convert",)
     template = "kernels/layout_convert.cl.mako"
+    half_storage = True
     constraints = (
         Constraint("tile_rows_whole", "algorithm",
                    "a tiled work-group is TILE wide and WG/TILE rows tall; the rows must "
@@ -84,7 +91,8 @@ class LayoutConvert(Variant):
                     DST_A=dst[a], DST_B=dst[b], DST_R=dst[r],
                     ROWS=cfg["WG"] // cfg["TILE"] if cfg["TILE"] else 0,
                     DIMS=dims, SRC_STRIDE=src, DORDER=ORDER[layer.attrs["dst"]],
-                    src=layer.attrs["src"], dst=layer.attrs["dst"])
+                    src=layer.attrs["src"], dst=layer.attrs["dst"],
+                    src_storage=src_storage_of(layer))
 
     def launches(self, layer, cfg, prefix):
         t, wg = cfg["TILE"], cfg["WG"]

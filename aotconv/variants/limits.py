@@ -10,7 +10,10 @@ for every variant as CLTune does:
 - the index width of the kernels (`device.index_width`): every index they compute fits the
   32-bit ints they compute it in;
 - for a variant that computes in less than FP32 (`precision`: TF32), the build's precision
-  (`build.precision`): an fp32 build never runs it (aotconv.precision).
+  (`build.precision`): an fp32 build never runs it (aotconv.precision);
+- in an fp16 build, for a variant without half storage (`half_storage`), `build.storage`: it
+  runs in FP32 builds only. Added for fp16 builds alone, so an FP32 build's constraints are
+  what they were.
 
 `compute_capability` reads an NVIDIA device's compute capability (the tensor cores a variant
 may ask for) through cl_nv_device_attribute_query.
@@ -212,6 +215,12 @@ def device_constraints(variant, target):
             f"the variant computes in {NAMES[wants]}: only a build of --precision "
             f"{' or '.join(allowing(wants))} runs it (docs/precision.md)",
             lambda l, c, t: allows(of_target(t), wants)))
+    if not getattr(variant, "half_storage", False):
+        from ..precision import STORAGE, of_target, storage_reason
+        if STORAGE[of_target(target)] == "fp16":
+            out.append(Constraint(
+                "build.storage", "hardware", storage_reason(variant) + " (docs/precision.md)",
+                lambda l, c, t: STORAGE[of_target(t)] != "fp16"))
     if target.max_alloc_bytes:
         out.append(Constraint(
             "device.max_alloc", "hardware",

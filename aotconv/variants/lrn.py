@@ -12,6 +12,7 @@ class LrnDirect(Blocked):
     name = "lrn_direct"
     ops = ("lrn",)
     template = "kernels/lrn.cl.mako"
+    half_storage = True
     block = Knob("CB", (1, 4, 8, 16), "consecutive channels per work-item (sliding window)")
     along = 1
     within = ("cb_within_channels",

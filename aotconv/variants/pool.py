@@ -12,6 +12,7 @@ class PoolDirect(Blocked):
     name = "pool_direct"
     ops = ("maxpool", "avgpool")
     template = "kernels/pool.cl.mako"
+    half_storage = True
     block = Knob("QB", (1, 2, 4), "outputs along a row per work-item")
     along = 3
     within = ("qb_within_row",

@@ -13,6 +13,7 @@ class ScaleDirect(Elementwise):
     name = "scale_direct"
     ops = ("scale", "mul")
     template = "kernels/scale.cl.mako"
+    half_storage = True
 
     def template_params(self, layer, cfg):
         n, c, h, w = layer.out_shape

@@ -28,6 +28,7 @@ class SoftmaxDirect(Reduction):
     name = "softmax_direct"
     ops = ("softmax", "log_softmax")
     template = "kernels/softmax.cl.mako"
+    half_storage = True
     constraints = reduction_constraints(
         _columns, lambda layer: _blocks(layer)[1], "values",
         "in a group reduction, work-items beyond the values reduced only idle")

@@ -116,6 +116,9 @@ static const aotrt_desc desc = {
     ${len(launches)}, launches, ${kernel_count},
     ${len(input_names)}, input_names,
     ${noutputs}, ${len(sizes)}, sizes,
+% if half_params:
+    1,    /* half_params: set_params rounds the parameters to half (--precision fp16) */
+% endif
 };
 
 static const char *const kernel_names[] = {

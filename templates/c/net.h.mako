@@ -76,6 +76,12 @@ extern "C" {
 
 /* Arithmetic: ${comment(precision_doc)} (docs/precision.md of aotconv) */
 #define AOTCONV_${NAME}_PRECISION "${precision}"
+% if precision == "fp16":
+/* Half storage: the weights and activations are IEEE half in device memory (the *_BYTES above
+ * count them so); every call still takes and gives float: set_params rounds the parameters to
+ * half once (to nearest even), a cast kernel rounds each input to half and widens each output
+ * to float on the device, and the cl_mem buffers of run_buffers hold float too. */
+% endif
 
 /* Programs: ${comment(programs_doc)} */
 #define AOTCONV_${NAME}_EMBEDS_BINARIES ${1 if has_binaries else 0}

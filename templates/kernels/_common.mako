@@ -74,3 +74,74 @@ def _act_fn(kind, a):
 <%def name="flt(v)" filter="trim">
 ${_flt(v)}
 </%def>
+## Storage: how a kernel reads and writes its global tensor buffers (inputs, outputs, the
+## layer's parameters). The render namespace's `storage` (aotconv.variants.base: the layer's
+## storage, aotconv.precision) is "fp32" (float buffers, read and written as today's kernels
+## do) or "fp16" (half buffers: vload_half / vstore_half_rte, core OpenCL on every device;
+## the arithmetic stays FP32). Every helper takes `s` to name another storage for one buffer (a
+## __local tile, a variant's own FP32 buffer, a cast's input). In fp32 each expands to exactly
+## the text the templates had before storage existed, so an FP32 kernel renders unchanged.
+##   T()                      the element type of a buffer: float | half
+##   LOAD(p, i)               element i of p, as a float
+##   LOADV(n, p, i)           n-vector i of p (elements n*i ..), as a floatn (n = 1: LOAD)
+##   LOADAT(t, n, ptr)        the n-vector at pointer ptr, of type t in fp32 (ptr as written)
+##   STORE(p, i, v)           element i of p = v (no semicolon)
+##   STOREV(n, p, i, v)       n-vector i of p = v (n = 1: STORE)
+##   STOREAT(t, n, ptr, v)    the n-vector at pointer ptr = v
+<%!
+def _half(context, s):
+    return (s or context.get("storage", None) or "fp32") == "fp16"
+
+
+def _n(n):
+    return "" if int(n) == 1 else str(int(n))
+%>
+<%def name="T(s=None)" filter="trim">
+${"half" if _half(context, s) else "float"}
+</%def>
+<%def name="LOAD(p, i, s=None)" filter="trim">
+% if _half(context, s):
+vload_half(${i}, ${p})
+% else:
+${p}[${i}]
+% endif
+</%def>
+<%def name="LOADV(n, p, i, s=None)" filter="trim">
+% if int(n) == 1:
+${LOAD(p, i, s)}
+% elif _half(context, s):
+vload_half${n}(${i}, ${p})
+% else:
+vload${n}(${i}, ${p})
+% endif
+</%def>
+<%def name="LOADAT(t, n, ptr, s=None)" filter="trim">
+% if _half(context, s):
+vload_half${_n(n)}(0, ${ptr})
+% else:
+*(__global const ${t}*)${ptr}
+% endif
+</%def>
+<%def name="STORE(p, i, v, s=None)" filter="trim">
+% if _half(context, s):
+vstore_half_rte(${v}, ${i}, ${p})
+% else:
+${p}[${i}] = ${v}
+% endif
+</%def>
+<%def name="STOREV(n, p, i, v, s=None)" filter="trim">
+% if int(n) == 1:
+${STORE(p, i, v, s)}
+% elif _half(context, s):
+vstore_half${n}_rte(${v}, ${i}, ${p})
+% else:
+vstore${n}(${v}, ${i}, ${p})
+% endif
+</%def>
+<%def name="STOREAT(t, n, ptr, v, s=None)" filter="trim">
+% if _half(context, s):
+vstore_half${_n(n)}_rte(${v}, 0, ${ptr})
+% else:
+*(__global ${t}*)${ptr} = ${v}
+% endif
+</%def>

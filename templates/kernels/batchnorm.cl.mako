@@ -11,27 +11,27 @@ ${c.helpers()}
 % if FOLD == "setup":
 // once, in set_params: scale_shift[c] = gamma / sqrt(var + eps), scale_shift[C + c] = beta - mean * scale
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}_fold(__global const float* restrict gamma, __global const float* restrict beta,
-                    __global const float* restrict mean, __global const float* restrict var,
+void ${prefix}_fold(__global const ${c.T()}* restrict gamma, __global const ${c.T()}* restrict beta,
+                    __global const ${c.T()}* restrict mean, __global const ${c.T()}* restrict var,
                     __global float* restrict scale_shift)
 {
     const int c = get_global_id(0);
     if (c >= C)
         return;
-    const float scale = gamma[c] / sqrt(var[c] + EPS);
+    const float scale = ${c.LOAD("gamma", "c")} / sqrt(${c.LOAD("var", "c")} + EPS);
     scale_shift[c] = scale;
-    scale_shift[C + c] = beta[c] - mean[c] * scale;
+    scale_shift[C + c] = ${c.LOAD("beta", "c")} - ${c.LOAD("mean", "c")} * scale;
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x, __global const float* restrict scale_shift,
-               __global float* restrict y)
+void ${prefix}(__global const ${c.T()}* restrict x, __global const float* restrict scale_shift,
+               __global ${c.T()}* restrict y)
 % else:
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x,
-               __global const float* restrict gamma, __global const float* restrict beta,
-               __global const float* restrict mean, __global const float* restrict var,
-               __global float* restrict y)
+void ${prefix}(__global const ${c.T()}* restrict x,
+               __global const ${c.T()}* restrict gamma, __global const ${c.T()}* restrict beta,
+               __global const ${c.T()}* restrict mean, __global const ${c.T()}* restrict var,
+               __global ${c.T()}* restrict y)
 % endif
 {
     const int i0 = get_global_id(0) * VEC;
@@ -40,12 +40,12 @@ void ${prefix}(__global const float* restrict x,
         if (i < N * C * HW) {
             const int c = i / HW % C;
 % if FOLD == "setup":
-            const float s = x[i] * scale_shift[c] + scale_shift[C + c];
+            const float s = ${c.LOAD("x", "i")} * scale_shift[c] + scale_shift[C + c];
 % else:
-            const float scale = gamma[c] / sqrt(var[c] + EPS);
-            const float s = (x[i] - mean[c]) * scale + beta[c];
+            const float scale = ${c.LOAD("gamma", "c")} / sqrt(${c.LOAD("var", "c")} + EPS);
+            const float s = (${c.LOAD("x", "i")} - ${c.LOAD("mean", "c")}) * scale + ${c.LOAD("beta", "c")};
 % endif
-            y[i] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+            ${c.STORE("y", "i", capture(c.act, attrs["act"], attrs["alpha"], "s"))};
         }
     }
 }

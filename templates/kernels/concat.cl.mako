@@ -1,3 +1,4 @@
+<%namespace name="c" file="_common.mako"/>\
 // ${prefix}: concatenation of ${len(chans)} inputs along channels (${variant}): ${" + ".join(map(str, chans))} -> ${CT} channels of ${N}x${HW} (N x H*W)
 #define WG ${WG}  // work-group size
 #define N ${N}
@@ -10,8 +11,8 @@
 
 // one work-item per output element, reading from the input that owns its channel
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(${", ".join("__global const float* restrict x%d" % i for i in range(len(chans)))},
-               __global float* restrict y)
+void ${prefix}(${", ".join("__global const %s* restrict x%d" % (capture(c.T), i) for i in range(len(chans)))},
+               __global ${c.T()}* restrict y)
 {
     const int gid = get_global_id(0);
     if (gid >= N * CT * HW)
@@ -26,9 +27,9 @@ void ${prefix}(${", ".join("__global const float* restrict x%d" % i for i in ran
 %>\
 % if head:
     ${head}
-    ${"    "}y[gid] = x${i}[(n * C${i} + c${" - %d" % off if off else ""}) * HW + hw];
+    ${"    "}${c.STORE("y", "gid", capture(c.LOAD, "x%d" % i, "(n * C%d + c%s) * HW + hw" % (i, " - %d" % off if off else "")))};
 % else:
-    y[gid] = x${i}[(n * C${i} + c) * HW + hw];
+    ${c.STORE("y", "gid", capture(c.LOAD, "x%d" % i, "(n * C%d + c) * HW + hw" % i))};
 % endif
 % endfor
 }
@@ -37,13 +38,13 @@ void ${prefix}(${", ".join("__global const float* restrict x%d" % i for i in ran
 
 // copy input ${i} into output channels ${off} .. ${off + chans[i] - 1}
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}_${i}(__global const float* restrict x, __global float* restrict y)
+void ${prefix}_${i}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict y)
 {
     const int gid = get_global_id(0);
     if (gid >= N * C${i} * HW)
         return;
     const int n = gid / (C${i} * HW);
-    y[gid + (n * (CT - C${i}) + ${off}) * HW] = x[gid];
+    ${c.STORE("y", "gid + (n * (CT - C%d) + %d) * HW" % (i, off), capture(c.LOAD, "x", "gid"))};
 }
 % endfor
 % endif

@@ -29,14 +29,14 @@
 #define N_ITEMS (N * (K / KB) * P * Q)
 ${c.helpers()}
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x, __global const float* restrict w,
+void ${prefix}(__global const ${c.T()}* restrict x, __global const ${c.T()}* restrict w,
 % if has_bias:
-               __global const float* restrict bias,
+               __global const ${c.T()}* restrict bias,
 % endif
 % if residual:
-               __global const float* restrict res,     // the fused add's other input
+               __global const ${c.T()}* restrict res,     // the fused add's other input
 % endif
-               __global float* restrict y)
+               __global ${c.T()}* restrict y)
 {
     const int gid = get_global_id(0);
     if (gid >= N_ITEMS)
@@ -52,8 +52,8 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
     float acc${r} = 0.0f;
 % endfor
     for (int ci = 0; ci < CG; ++ci) {
-        __global const float* xc = x + ((n * C + c0 + ci) * H) * W;
-        __global const float* wc = w + (k0 * CG + ci) * (KH * KW);
+        __global const ${c.T()}* xc = x + ((n * C + c0 + ci) * H) * W;
+        __global const ${c.T()}* wc = w + (k0 * CG + ci) * (KH * KW);
         #pragma unroll
         for (int i = 0; i < KH; ++i) {
             const int iy = iy0 + i * DH;
@@ -64,9 +64,9 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
                 const int ix = ix0 + j * DW;
                 if (ix < 0 || ix >= W)
                     continue;
-                const float v = xc[iy * W + ix];
+                const float v = ${c.LOAD("xc", "iy * W + ix")};
 % for r in range(KB):
-                acc${r} += v * wc[${r} * CG * KH * KW + i * KW + j];
+                acc${r} += v * ${c.LOAD("wc", "%d * CG * KH * KW + i * KW + j" % r)};
 % endfor
             }
         }
@@ -75,11 +75,11 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
     {
 % if residual:
         const int o = ((n * K + k0 + ${r}) * P + p) * Q + q;
-        const float s = acc${r}${" + bias[k0 + %d]" % r if has_bias else ""} + res[o];
-        y[o] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+        const float s = acc${r}${" + " + capture(c.LOAD, "bias", "k0 + %d" % r) if has_bias else ""} + ${c.LOAD("res", "o")};
+        ${c.STORE("y", "o", capture(c.act, attrs["act"], attrs["alpha"], "s"))};
 % else:
-        const float s = acc${r}${" + bias[k0 + %d]" % r if has_bias else ""};
-        y[((n * K + k0 + ${r}) * P + p) * Q + q] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+        const float s = acc${r}${" + " + capture(c.LOAD, "bias", "k0 + %d" % r) if has_bias else ""};
+        ${c.STORE("y", "((n * K + k0 + %d) * P + p) * Q + q" % r, capture(c.act, attrs["act"], attrs["alpha"], "s"))};
 % endif
     }
 % endfor

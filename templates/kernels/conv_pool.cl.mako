@@ -42,11 +42,11 @@ post = is_max or (kind == "none" and not include_pad)
 #define N_ITEMS (N * (K / KB) * P * Q)
 ${c.helpers()}
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x, __global const float* restrict w,
+void ${prefix}(__global const ${c.T()}* restrict x, __global const ${c.T()}* restrict w,
 % if has_bias:
-               __global const float* restrict bias,
+               __global const ${c.T()}* restrict bias,
 % endif
-               __global float* restrict y)
+               __global ${c.T()}* restrict y)
 {
     const int gid = get_global_id(0);
     if (gid >= N_ITEMS)
@@ -56,8 +56,8 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
     const int k0 = (gid / (Q * P)) % (K / KB) * KB;
     const int n = gid / (Q * P * (K / KB));
     const int c0 = k0 / KG * CG;              // first input channel of this group
-    __global const float* xn = x + (n * C + c0) * (H * W);
-    __global const float* wk = w + k0 * CG * (KH * KW);
+    __global const ${c.T()}* xn = x + (n * C + c0) * (H * W);
+    __global const ${c.T()}* wk = w + k0 * CG * (KH * KW);
     // the pooling window over the conv output, clipped as pool_direct clips it
     const int y0 = p * PSH - PPH;
     const int x0 = q * PSW - PPW;
@@ -74,8 +74,8 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
             float acc${r} = 0.0f;
 % endfor
             for (int ci = 0; ci < CG; ++ci) {
-                __global const float* xc = xn + ci * (H * W);
-                __global const float* wc = wk + ci * (KH * KW);
+                __global const ${c.T()}* xc = xn + ci * (H * W);
+                __global const ${c.T()}* wc = wk + ci * (KH * KW);
                 #pragma unroll
                 for (int i = 0; i < KH; ++i) {
                     const int iy = iy0 + i * DH;
@@ -86,9 +86,9 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
                         const int ix = ix0 + j * DW;
                         if (ix < 0 || ix >= W)
                             continue;
-                        const float v = xc[iy * W + ix];
+                        const float v = ${c.LOAD("xc", "iy * W + ix")};
 % for r in range(KB):
-                        acc${r} += v * wc[${r} * CG * KH * KW + i * KW + j];
+                        acc${r} += v * ${c.LOAD("wc", "%d * CG * KH * KW + i * KW + j" % r)};
 % endfor
                     }
                 }
@@ -98,7 +98,7 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
             pool${r} = ${"fmax(pool%d, acc%d)" % (r, r) if is_max else "pool%d + acc%d" % (r, r)};
 % else:
             {
-                const float s = acc${r}${" + bias[k0 + %d]" % r if has_bias else ""};
+                const float s = acc${r}${" + " + capture(c.LOAD, "bias", "k0 + %d" % r) if has_bias else ""};
                 pool${r} += ${c.act(kind, attrs["alpha"], "s")};
             }
 % endif
@@ -116,12 +116,12 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
 % for r in range(KB):
     {
 % if is_max:
-        const float s = pool${r}${" + bias[k0 + %d]" % r if has_bias else ""};
-        y[((n * K + k0 + ${r}) * P + p) * Q + q] = ${c.act(kind, attrs["alpha"], "s")};
+        const float s = pool${r}${" + " + capture(c.LOAD, "bias", "k0 + %d" % r) if has_bias else ""};
+        ${c.STORE("y", "((n * K + k0 + %d) * P + p) * Q + q" % r, capture(c.act, kind, attrs["alpha"], "s"))};
 % elif post:
-        y[((n * K + k0 + ${r}) * P + p) * Q + q] = pool${r} * inv${" + bias[k0 + %d]" % r if has_bias else ""};
+        ${c.STORE("y", "((n * K + k0 + %d) * P + p) * Q + q" % r, "pool%d * inv%s" % (r, " + " + capture(c.LOAD, "bias", "k0 + %d" % r) if has_bias else ""))};
 % else:
-        y[((n * K + k0 + ${r}) * P + p) * Q + q] = pool${r} * inv;
+        ${c.STORE("y", "((n * K + k0 + %d) * P + p) * Q + q" % r, "pool%d * inv" % r)};
 % endif
     }
 % endfor

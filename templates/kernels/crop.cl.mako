@@ -1,3 +1,4 @@
+<%namespace name="c" file="_common.mako"/>\
 // ${prefix}: crop (${variant}): ${NC} planes of ${H}x${W} -> ${P}x${Q}, from row ${TOP}, column ${LEFT}
 // one work-item: VEC consecutive elements of one output row
 #define WG ${WG}  // work-group size
@@ -12,7 +13,7 @@
 #define ROW_ITEMS ((Q + VEC - 1) / VEC)  // work-items per output row
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x, __global float* restrict y)
+void ${prefix}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict y)
 {
     const int gid = get_global_id(0);
     if (gid >= NC * P * ROW_ITEMS)
@@ -21,11 +22,11 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
     const int row = gid / ROW_ITEMS;             // output row nc * P + r
     const int r = row % P;
     const int nc = row / P;
-    __global const float* xr = x + (nc * H + TOP + r) * W + LEFT;
-    __global float* yr = y + row * Q;
+    __global const ${c.T()}* xr = x + (nc * H + TOP + r) * W + LEFT;
+    __global ${c.T()}* yr = y + row * Q;
     for (int v = 0; v < VEC; ++v) {
         const int j = t * VEC + v;
         if (j < Q)
-            yr[j] = xr[j];
+            ${c.STORE("yr", "j", capture(c.LOAD, "xr", "j"))};
     }
 }

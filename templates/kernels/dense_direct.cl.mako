@@ -12,11 +12,11 @@
 #define OUT ${OUT}
 ${c.helpers()}
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x, __global const float* restrict w,
+void ${prefix}(__global const ${c.T()}* restrict x, __global const ${c.T()}* restrict w,
 % if has_bias:
-               __global const float* restrict bias,
+               __global const ${c.T()}* restrict bias,
 % endif
-               __global float* restrict y)
+               __global ${c.T()}* restrict y)
 {
 % if RED == "item":
     const int gid = get_global_id(0);
@@ -24,21 +24,21 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
         return;
     const int o = gid % OUT;
     const int n = gid / OUT;
-    __global const float* xn = x + n * IN;
-    __global const float* wo = w + o * IN;
+    __global const ${c.T()}* xn = x + n * IN;
+    __global const ${c.T()}* wo = w + o * IN;
     float acc = 0.0f;
     for (int i = 0; i < IN; ++i)
-        acc += xn[i] * wo[i];
+        acc += ${c.LOAD("xn", "i")} * ${c.LOAD("wo", "i")};
 % else:
     __local float part[WG];
     const int lid = get_local_id(0);
     const int o = get_group_id(0) % OUT;
     const int n = get_group_id(0) / OUT;
-    __global const float* xn = x + n * IN;
-    __global const float* wo = w + o * IN;
+    __global const ${c.T()}* xn = x + n * IN;
+    __global const ${c.T()}* wo = w + o * IN;
     float acc = 0.0f;
     for (int i = lid; i < IN; i += WG)
-        acc += xn[i] * wo[i];
+        acc += ${c.LOAD("xn", "i")} * ${c.LOAD("wo", "i")};
     part[lid] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = WG / 2; s > 0; s >>= 1) {
@@ -50,6 +50,6 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
         return;
     acc = part[0];
 % endif
-    const float s = acc${" + bias[o]" if has_bias else ""};
-    y[n * OUT + o] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+    const float s = acc${" + " + capture(c.LOAD, "bias", "o") if has_bias else ""};
+    ${c.STORE("y", "n * OUT + o", capture(c.act, attrs["act"], attrs["alpha"], "s"))};
 }

@@ -1,3 +1,4 @@
+<%namespace name="c" file="_common.mako"/>\
 // ${prefix}: global average pooling (${variant}), ${NC} planes of ${HW} values
 % if RED == "item":
 // one work-item per plane
@@ -9,25 +10,25 @@
 #define HW ${HW}  // values per plane (H*W)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x, __global float* restrict y)
+void ${prefix}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict y)
 {
 % if RED == "item":
     const int plane = get_global_id(0);
     if (plane >= NC)
         return;
-    __global const float* xp = x + plane * HW;
+    __global const ${c.T()}* xp = x + plane * HW;
     float acc = 0.0f;
     for (int i = 0; i < HW; ++i)
-        acc += xp[i];
-    y[plane] = acc * (1.0f / HW);
+        acc += ${c.LOAD("xp", "i")};
+    ${c.STORE("y", "plane", "acc * (1.0f / HW)")};
 % else:
     __local float part[WG];
     const int lid = get_local_id(0);
     const int plane = get_group_id(0);
-    __global const float* xp = x + plane * HW;
+    __global const ${c.T()}* xp = x + plane * HW;
     float acc = 0.0f;
     for (int i = lid; i < HW; i += WG)
-        acc += xp[i];
+        acc += ${c.LOAD("xp", "i")};
     part[lid] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = WG / 2; s > 0; s >>= 1) {
@@ -36,6 +37,6 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid == 0)
-        y[plane] = part[0] * (1.0f / HW);
+        ${c.STORE("y", "plane", "part[0] * (1.0f / HW)")};
 % endif
 }

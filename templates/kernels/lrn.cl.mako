@@ -16,7 +16,7 @@
 #define CBLOCKS ((C + CB - 1) / CB)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x, __global float* restrict y)
+void ${prefix}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict y)
 {
     const int gid = get_global_id(0);
     if (gid >= N * CBLOCKS * HW)
@@ -24,11 +24,11 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
     const int hw = gid % HW;
     const int c0 = (gid / HW) % CBLOCKS * CB;
     const int n = gid / (HW * CBLOCKS);
-    __global const float* xc = x + n * (C * HW) + hw;
-    __global float* yc = y + n * (C * HW) + hw;
+    __global const ${c.T()}* xc = x + n * (C * HW) + hw;
+    __global ${c.T()}* yc = y + n * (C * HW) + hw;
     float sum = 0.0f;                       // sum of squares over the window of channel c0
     for (int j = max(c0 - LO, 0); j <= min(c0 + HI, C - 1); ++j)
-        sum += xc[j * HW] * xc[j * HW];
+        sum += ${c.LOAD("xc", "j * HW")} * ${c.LOAD("xc", "j * HW")};
     for (int r = 0; r < CB; ++r) {
         const int c = c0 + r;
         if (c >= C)
@@ -36,10 +36,10 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
         if (r > 0) {                        // slide: channel c+HI enters, c-LO-1 leaves
             const int enter = c + HI, leave = c - LO - 1;
             if (enter < C)
-                sum += xc[enter * HW] * xc[enter * HW];
+                sum += ${c.LOAD("xc", "enter * HW")} * ${c.LOAD("xc", "enter * HW")};
             if (leave >= 0)
-                sum -= xc[leave * HW] * xc[leave * HW];
+                sum -= ${c.LOAD("xc", "leave * HW")} * ${c.LOAD("xc", "leave * HW")};
         }
-        yc[c * HW] = xc[c * HW] / pow(LRN_K + ALPHA_OVER_SIZE * fmax(sum, 0.0f), BETA);
+        ${c.STORE("yc", "c * HW", capture(c.LOAD, "xc", "c * HW") + " / pow(LRN_K + ALPHA_OVER_SIZE * fmax(sum, 0.0f), BETA)")};
     }
 }

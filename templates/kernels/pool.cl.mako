@@ -1,3 +1,4 @@
+<%namespace name="c" file="_common.mako"/>\
 // ${prefix}: ${"max" if is_max else "average"} pooling (${variant})
 //   in ${N}x${C}x${H}x${W} -> out ${N}x${C}x${P}x${Q}, kernel ${KH}x${KW}, stride ${SH}x${SW}, pad ${PH}x${PW},
 //   ceil_mode ${attrs["ceil_mode"]}${"" if is_max else ", count_include_pad %s" % include_pad}
@@ -19,7 +20,7 @@
 #define N_ITEMS (NC * P * QBLOCKS)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x, __global float* restrict y)
+void ${prefix}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict y)
 {
     const int gid = get_global_id(0);
     if (gid >= N_ITEMS)
@@ -27,7 +28,7 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
     const int qb = gid % QBLOCKS;
     const int p = (gid / QBLOCKS) % P;
     const int plane = gid / (QBLOCKS * P);
-    __global const float* xp = x + plane * (H * W);
+    __global const ${c.T()}* xp = x + plane * (H * W);
     const int y0 = p * SH - PH;
     const int y1 = min(y0 + KH, H);
     const int ys = max(y0, 0);
@@ -49,19 +50,19 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
         float acc = -INFINITY;
         for (int iy = ys; iy < y1; ++iy)
             for (int ix = xs; ix < x1; ++ix)
-                acc = fmax(acc, xp[iy * W + ix]);
-        y[(plane * P + p) * Q + q] = acc;
+                acc = fmax(acc, ${c.LOAD("xp", "iy * W + ix")});
+        ${c.STORE("y", "(plane * P + p) * Q + q", "acc")};
 % else:
         float acc = 0.0f;
         for (int iy = ys; iy < y1; ++iy)
             for (int ix = xs; ix < x1; ++ix)
-                acc += xp[iy * W + ix];
+                acc += ${c.LOAD("xp", "iy * W + ix")};
 % if include_pad:
         const int cols = min(x0 + KW, W + PW) - x0;
 % else:
         const int cols = x1 - xs;
 % endif
-        y[(plane * P + p) * Q + q] = acc / (float)(rows * cols);
+        ${c.STORE("y", "(plane * P + p) * Q + q", "acc / (float)(rows * cols)")};
 % endif
     }
 }

@@ -1,3 +1,4 @@
+<%namespace name="c" file="_common.mako"/>\
 <%
     channels = tuple(axes) == (1,) and not log        # the original kernel, text unchanged
     names = "".join("NCHW"[a] for a in axes)
@@ -29,7 +30,7 @@
 % endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x, __global float* restrict y)
+void ${prefix}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict y)
 {
 % if RED == "item":
     const int gid = get_global_id(0);
@@ -38,18 +39,18 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
     const int base = gid / HW * (C * HW) + gid % HW;
     float m = -INFINITY;
     for (int c = 0; c < C; ++c)
-        m = fmax(m, x[base + c * HW]);
+        m = fmax(m, ${c.LOAD("x", "base + c * HW")});
     float sum = 0.0f;
     for (int c = 0; c < C; ++c)
-        sum += exp(x[base + c * HW] - m);
+        sum += exp(${c.LOAD("x", "base + c * HW")} - m);
 % if log:
     const float ls = log(sum);             // (x - m) - ls: x - m is exact near the max
     for (int c = 0; c < C; ++c)
-        y[base + c * HW] = (x[base + c * HW] - m) - ls;
+        ${c.STORE("y", "base + c * HW", "(%s - m) - ls" % capture(c.LOAD, "x", "base + c * HW"))};
 % else:
     const float inv = 1.0f / sum;
     for (int c = 0; c < C; ++c)
-        y[base + c * HW] = exp(x[base + c * HW] - m) * inv;
+        ${c.STORE("y", "base + c * HW", "exp(%s - m) * inv" % capture(c.LOAD, "x", "base + c * HW"))};
 % endif
 % else:
     __local float part[WG];
@@ -58,7 +59,7 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
     const int base = col / HW * (C * HW) + col % HW;
     float m = -INFINITY;
     for (int c = lid; c < C; c += WG)
-        m = fmax(m, x[base + c * HW]);
+        m = fmax(m, ${c.LOAD("x", "base + c * HW")});
     part[lid] = m;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = WG / 2; s > 0; s >>= 1) {
@@ -70,7 +71,7 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
     barrier(CLK_LOCAL_MEM_FENCE);          // everyone has read the max before part is reused
     float sum = 0.0f;
     for (int c = lid; c < C; c += WG)
-        sum += exp(x[base + c * HW] - m);
+        sum += exp(${c.LOAD("x", "base + c * HW")} - m);
     part[lid] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = WG / 2; s > 0; s >>= 1) {
@@ -81,11 +82,11 @@ void ${prefix}(__global const float* restrict x, __global float* restrict y)
 % if log:
     const float ls = log(part[0]);
     for (int c = lid; c < C; c += WG)
-        y[base + c * HW] = (x[base + c * HW] - m) - ls;
+        ${c.STORE("y", "base + c * HW", "(%s - m) - ls" % capture(c.LOAD, "x", "base + c * HW"))};
 % else:
     const float inv = 1.0f / part[0];
     for (int c = lid; c < C; c += WG)
-        y[base + c * HW] = exp(x[base + c * HW] - m) * inv;
+        ${c.STORE("y", "base + c * HW", "exp(%s - m) * inv" % capture(c.LOAD, "x", "base + c * HW"))};
 % endif
 % endif
 }
