@@ -27,7 +27,7 @@ demo: deps
 	$(BIN)/aotconv run build/$(NET)
 
 # Every test but the slow tier (marker `slow`, tests/conftest.py: the heavy PoCL sweeps'
-# extra cases and the big network builds); what CI runs (README, "Tests")
+# extra cases and the big network builds); what CI runs (docs/testing.md)
 test: deps
 	$(BIN)/python -m pytest -q -x -m "not slow"
 
