@@ -286,7 +286,7 @@ def test_budget_shared_by_cost_and_capped_by_space():
     assert s == pytest.approx([2.5, 7.5])
 
 
-def test_parallel_enumeration_equals_the_sequential_one():
+def test_parallel_enumeration_equals_the_sequential_one(monkeypatch):
     """layer_spaces enumerates in worker processes; the points, counts and constraints it
     rebuilds are those of layer_space, layer by layer."""
     from aotconv.space import layer_spaces
@@ -296,7 +296,7 @@ def test_parallel_enumeration_equals_the_sequential_one():
                                                    ("b", 1, 32, 7, 7, 24, 1, 1, 1, 0),
                                                    ("c", 2, 4, 12, 12, 8, 5, 5, 2, 0)]]
     import aotconv.space as space
-    space.PARALLEL_MIN_LAYERS = 2           # three layers: use the workers anyway
+    monkeypatch.setattr(space, "PARALLEL_MIN_LAYERS", 2)   # three layers: use the workers anyway
     par = layer_spaces(layers, t, jobs=2)
     seq = [layer_space(l, t) for l in layers]
     for a, b in zip(par, seq):
