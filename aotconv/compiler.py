@@ -13,6 +13,7 @@ import numpy as np
 from . import params as params_mod
 from . import batches, binaries, fusion, layouts, passes, precision, spec
 from .build import build as ninja_build
+from .buildtime import BuildTimes, phase
 from .choose import choose
 from .context import BuildContext, with_precision
 from .emit import emit
@@ -24,7 +25,7 @@ from .report import write_report
 from .reference import run_network
 from .schedule import build_schedule, c_ident
 from .targets import get_target
-from .tune.search import Budget, Clock
+from .tune.search import Budget, Clock, unique_layers
 
 
 @dataclass
@@ -37,6 +38,8 @@ class BuildResult:
     check_error: float = None
     check_reference: str = "numpy"   # what --check compared with (onnxruntime for .onnx)
     programs: object = None  # binaries.ProgramPlan: joined or per layer, binaries embedded
+    times: object = None     # buildtime.BuildTimes: where the build's time went
+    runs: int = 5            # the profiled runs of the library that `profile` is the median of
     sizes: list = None       # several batch sizes: [SizeResult] in increasing order
     check_n: int = None      # and the n between two sizes that --check ran, if any
 
@@ -70,6 +73,7 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     network's own), a size, or increasing sizes (a list, or the text "1,8,32"): one library
     that runs any number of samples up to the largest (docs/c-api.md, Batch sizes)."""
     t0 = time.time()
+    times = BuildTimes()         # a time budget's clock starts with it, and so with the build
     sizes = batches.parse_sizes(batch, where="batch")
     tgt = get_target(target)
     units = [_Unit(b, *_load(source, b, input_shapes)) for b in (sizes or (None,))]
@@ -95,8 +99,9 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     with BuildContext.make(tgt, mode=tune_mode, tuning_db=tuning_db, budget=budget,
                            strategy=strategy, jobs=jobs, require_tuned=require_tuned,
                            quiet=quiet, json_progress=json_progress,
-                           precision=precision) as ctx, \
+                           precision=precision, times=times) as ctx, \
             OutputDir(outdir, network=net.name, quiet=quiet) as od:
+        times.lap("setup")
         log(f"aotconv: {net.name}: {len(net0.layers)} layers ({len(net.layers)} after fusion), "
             f"{sized}target {tgt.name}, output {outdir}", quiet)
         res = _build_into(od, ctx, job, quiet)
@@ -104,6 +109,7 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     res.outdir = outdir
     log(f"aotconv: built {outdir}/lib{c_ident(net.name)}.so and .a "
         f"({time.time() - t0:.1f} s)", quiet)
+    log(f"aotconv: {times.line()}", quiet)
     return res
 
 
@@ -158,23 +164,29 @@ def _build_into(od, ctx, job, quiet):
         ctx.budget = clock
     sch = batches.merge([(u.batch, s) for u, s in zip(job.units, scheds)]) if job.ranged \
         else scheds[0]
-    plan = binaries.plan(sch.programs, ctx, binaries=job.binaries, log=lambda m: log(m, quiet))
-    log(f"aotconv: programs: {plan.note}", quiet)
-    emit(sch, ctx.profile, stage, prefix=od.path, programs=plan)
-    flat = job.flat if job.flat is not None else params_mod.random_params(job.net0, seed=job.seed)
-    params_mod.write_bin(stage / f"{c_ident(sch.net.name)}.params.bin", flat)
-    ninja_build(stage)
+    with phase("library"):
+        plan = binaries.plan(sch.programs, ctx, binaries=job.binaries,
+                             log=lambda m: log(m, quiet))
+        log(f"aotconv: programs: {plan.note}", quiet)
+        emit(sch, ctx.profile, stage, prefix=od.path, programs=plan)
+        flat = job.flat if job.flat is not None else \
+            params_mod.random_params(job.net0, seed=job.seed)
+        params_mod.write_bin(stage / f"{c_ident(sch.net.name)}.params.bin", flat)
+        ninja_build(stage)
 
-    res = BuildResult(od.path, sch.net, sch, ctx.profile, programs=plan)
+    res = BuildResult(od.path, sch.net, sch, ctx.profile, programs=plan, times=ctx.times)
     if job.ranged:
         res.sizes = [SizeResult(u.batch, s) for u, s in zip(job.units, scheds)]
     if job.measure and ctx.present:
-        refs = [_reference(u, job, flat, s) for u, s in zip(job.units, scheds)]
-        if job.ranged:
-            measure_sizes(stage, res, job, flat, refs)
-        else:
-            res.profile, res.check_error = measure_library(stage, job.net0, flat, job.seed,
-                                                           job.check, ref=refs[0])
+        with phase("run and check" if job.check else "run"):
+            refs = [_reference(u, job, flat, s) for u, s in zip(job.units, scheds)]
+            if job.ranged:
+                measure_sizes(stage, res, job, flat, refs)
+            else:
+                # a time budget's end cuts the profiled runs to what fits (one at least)
+                res.profile, res.check_error, res.runs = measure_library(
+                    stage, job.net0, flat, job.seed, job.check, ref=refs[0],
+                    until=clock.end if clock is not None else None)
         res.check_reference = getattr(refs[0], "name", "numpy")
     elif job.measure:
         log(f"aotconv: the {ctx.profile.name} device is not present: library built, not run; "
@@ -190,7 +202,7 @@ def _size_clock(clock, done, sizes_left):
     and compile times learnt so far carry over."""
     kept = sum(len(s.programs) for s in done) * clock.build_s()
     part = Clock(Budget("seconds", max(clock.left() - kept, 1.0) / sizes_left), kind=clock.kind)
-    part.pace, part.builds = clock.pace, clock.builds
+    part.pace, part.builds, part.latencies = clock.pace, clock.builds, clock.latencies
     return part
 
 
@@ -200,22 +212,27 @@ def _schedule(ctx, u, job, quiet):
     net = u.net
 
     def choose_only(n, only):
-        return choose(n, ctx, only=only)
+        # a search after the network's that a time budget has no room for measures nothing
+        return choose(n, ctx, only=only) if _time_for(ctx, n, only, quiet) else {}
 
     def choose_conversions(layers):
         n = Network(net.name, net.input_shape, layers, [layers[-1].name])
-        return choose_only(n, [l.name for l in layers])
+        return choose_only(n, [l.name for l in layers]) or \
+            layouts.fallback_convert_choices(layers)
 
-    choices = choose(net, ctx)
+    with phase("search"):
+        choices = choose(net, ctx)
     # pools fused where measured faster, then layouts across the network (aotconv.fusion,
     # aotconv.layouts); build_schedule inserts the conversions the layouts still need
-    net, choices, fused = fusion.apply(net, choices, ctx.profile, job.fuse_pool, ctx.mode,
-                                       choose_only)
-    net, choices, residual = fusion.apply_residual(net, choices, ctx.profile, "measure",
-                                                   ctx.mode, choose_only)
-    choices, layout_plan = layouts.plan_network(net, choices, ctx)
-    sch = build_schedule(net, choices, convert=choose_conversions, source=u.net0,
-                         file_suffix=batches.file_suffix(u.batch, job.ranged))
+    with phase("fusion searches"):
+        net, choices, fused = fusion.apply(net, choices, ctx.profile, job.fuse_pool, ctx.mode,
+                                           choose_only)
+        net, choices, residual = fusion.apply_residual(net, choices, ctx.profile, "measure",
+                                                       ctx.mode, choose_only)
+    with phase("layouts"):
+        choices, layout_plan = layouts.plan_network(net, choices, ctx)
+        sch = build_schedule(net, choices, convert=choose_conversions, source=u.net0,
+                             file_suffix=batches.file_suffix(u.batch, job.ranged))
     sch.fusion, sch.residual, sch.layout_plan = fused, residual, layout_plan
     if fused or residual or sch.conversions:
         at = f"batch {u.batch}: " if job.ranged else ""
@@ -223,6 +240,27 @@ def _schedule(ctx, u, job, quiet):
             f"{sum(d.fused for d in residual)} of {len(residual)} residual adds fused into "
             f"their conv; {len(sch.conversions)} layout conversions inserted", quiet)
     return sch
+
+
+def _time_for(ctx, net, only, quiet):
+    """Whether a search after the network's (fused pools and adds, layout conversions) of the
+    layers `only` of `net` fits in what a time budget has left before the library, measuring
+    each unique layer once at least; when it does not, says so and it measures nothing (its
+    pools stay unfused, an add is fused only where the conv's own kernel takes it, its
+    conversions run their fallback)."""
+    clock = ctx.budget
+    if not isinstance(clock, Clock) or not ctx.tuning:
+        return True
+    layers = [l for l in net.layers if l.name in only]
+    k = len(unique_layers(layers))
+    if clock.affords(k):
+        return True
+    what = sorted({l.op for l in layers})
+    log(f"aotconv: budget {clock.budget}: no time left to measure {k} "
+        f"{'/'.join(what)} layer{'s' if k != 1 else ''} after the network's search (about "
+        f"{clock.follow_up_min(k):.0f} s; {max(0.0, clock.left() - clock.final_reserve):.0f} s "
+        f"left before the library's build): not measured", quiet)
+    return False
 
 
 def _reference(u, job, flat, sch):
@@ -263,21 +301,27 @@ def random_inputs(net, rng, n=None):
     return xs[0] if len(xs) == 1 else xs
 
 
-def measure_library(outdir, net0, flat, seed, check, runs=5, ref=None):
-    """Run the built library on random input (every input of it): median per-kernel times,
-    optional numpy check."""
+def measure_library(outdir, net0, flat, seed, check, runs=5, ref=None, until=None):
+    """Run the built library on random input (every input of it): (median per-kernel times,
+    the error of the optional numpy check, the runs the median is of). `until`: a
+    time.monotonic() deadline (a time budget's end): only the runs that fit by then, at the
+    first run's pace, one at least."""
     from .runtime import load
     rng = np.random.default_rng(seed + 1)
     x = random_inputs(net0, rng)
     with load(outdir) as lib:
         lib.set_params(flat)
+        t = time.monotonic()
         out = lib(x)
+        if until is not None:
+            once = max(time.monotonic() - t, 1e-3)
+            runs = max(1, min(runs, int((until - time.monotonic()) / once)))
         prof = _median_profile(lib, x, runs)
     err = None
     if check:
         ref = ref or (lambda x: run_network(net0, x, params_mod.split(net0, flat)))
         err = _error(out, ref(x))
-    return prof, err
+    return prof, err, runs
 
 
 def measure_sizes(outdir, res, job, flat, refs, runs=5):

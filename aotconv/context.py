@@ -22,6 +22,10 @@ records, fallbacks, fusion) applies the variants' `build.precision`, `build.stor
 
     with BuildContext.make("pocl-cpu", mode="tune", budget="2m") as ctx:
         choices = choose(net, ctx)
+
+A time budget is one clock (tune.search.Clock) started when the context is made (or given
+started, as the compiler does when the build starts). `times` (aotconv.buildtime) counts where
+the build's time goes; inside `with ctx:` the steps' phases count to it.
 """
 from dataclasses import dataclass, field, replace
 import os
@@ -54,6 +58,7 @@ class BuildContext:
     ray: str = None              # measure on a Ray tuning farm: an address, "auto" or "local"
     ray_workers: int = None      # how many of its devices (default: all it offers)
     precision: str = "fp32"      # what the build may compute in (aotconv.precision)
+    times: object = None         # buildtime.BuildTimes: seconds by phase, while inside `with`
     _measurer: object = field(default=None, repr=False)
     _own_measurer: bool = field(default=False, repr=False)
     _farm: object = field(default=None, repr=False)
@@ -62,10 +67,11 @@ class BuildContext:
     def make(cls, target="auto", *, mode="tune", tuning_db=None, budget=None, strategy=None,
              seed=0, jobs=None, require_tuned=False, share="cost", where=None, quiet=False,
              json_progress=False, progress=None, measurer=None, ray=None, ray_workers=None,
-             precision="fp32"):
+             precision="fp32", times=None):
         """Look the target's device up and open its records; `target` is a name or a profile.
         With `ray` (default: $AOTCONV_RAY) and mode "tune", start the tuning farm too.
         `precision`: fp32, tf32 or fp16."""
+        from .buildtime import BuildTimes
         from .space import parse_where
         from .tune import strategies
         from .tune.progress import Progress
@@ -84,12 +90,14 @@ class BuildContext:
         ctx = cls(profile=profile, target=live, found=found,
                    device=device_identity(*found) if found is not None else None,
                    store=Store.default(profile, tuning_db), mode=mode,
-                   budget=Clock.make(budget, profile) or budget,
+                   budget=Clock.make(budget, profile, start=times and times.start) or budget,
                    strategy=strategy, seed=seed, jobs=jobs, require_tuned=require_tuned,
                    share=share, where=parse_where(where),
                    progress=progress or Progress.make(quiet=quiet, json_progress=json_progress),
                    ray=ray, ray_workers=ray_workers, precision=precision,
-                   _measurer=measurer)
+                   times=times or BuildTimes(), _measurer=measurer)
+        if isinstance(ctx.budget, Clock):
+            ctx.times.budget = str(ctx.budget.budget)
         if ray and mode == "tune" and measurer is None and found is None:
             ctx._start_farm()            # the farm's devices say what records are keyed by
         return ctx
@@ -135,8 +143,10 @@ class BuildContext:
         if self._measurer is None and self.ray and self.mode == "tune":
             self._start_farm()
         if self._measurer is None:
+            from .buildtime import phase
             from .tune.measure import Measurer
-            self._measurer = Measurer(self.target, jobs=self.jobs)
+            with phase("setup"):
+                self._measurer = Measurer(self.target, jobs=self.jobs)
             self._own_measurer = True
         return self._measurer
 
@@ -146,10 +156,15 @@ class BuildContext:
         self._measurer, self._own_measurer, self._farm = None, False, None
 
     def __enter__(self):
+        self._timing = self.times.active()
+        self._timing.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self.close()
+        try:
+            self.close()
+        finally:
+            self._timing.__exit__(*exc)
 
 
 def with_precision(target, precision, device=None):

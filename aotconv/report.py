@@ -24,6 +24,8 @@ def write_report(res, path):
     lines = [f"# {net.name} for {tgt.name}", "",
              f"aotconv {__version__}; target: {tgt.summary()}.", "",
              f"Precision: {of_schedule(sch, tgt)[1]} (docs/precision.md).", ""]
+    if getattr(res, "times", None) is not None:      # up to this report: phases, budget
+        lines += [res.times.line(head="Build time up to this report") + ".", ""]
     if res.sizes:
         lines += _sizes(res)
     else:
@@ -46,8 +48,10 @@ def _measured(res):
     lines = []
     if res.profile:
         total = sum(ms for _, ms in res.profile)
-        lines.append(f"Measured on the device through the emitted library: median of 5 runs, "
-                     f"OpenCL profiling events; total kernel time **{total:.3f} ms**.")
+        runs = getattr(res, "runs", 5)           # fewer where a time budget ran out
+        lines.append(f"Measured on the device through the emitted library: median of {runs} "
+                     f"run{'s' if runs != 1 else ''}, OpenCL profiling events; total kernel "
+                     f"time **{total:.3f} ms**.")
     else:
         lines.append("The target's device was not present at build time: no measured times.")
     if res.check_error is not None:

@@ -1,10 +1,17 @@
 """A time budget is one clock for the whole build (aotconv.tune.search.Clock), device-free: a
-measurer that takes a fixed time per candidate stands in for the device.
+measurer that takes a fixed time per candidate (and per layer) stands in for the device.
 
 Before the clock, every choose() of a build (the network's, then the pool-fusion, residual and
 layout-conversion searches) got the whole budget again, a batch begun just before a layer's
 deadline ran to its end, every variant's fallback was owed whatever the time, and nothing was
 kept for building the library: lenet5 --budget 30s took 64 s on PoCL.
+
+Then the clock's floor counted a layer's one measurement at the pace of a candidate in a batch
+(not the latency of a layer's first measurement: its data, reference, compile and run, one
+after another), divided by nothing (lanes measure layers side by side), and the library's
+reserve as one compile per unique layer (the joined program is one build of every layer's
+kernel, and the library runs the network six times): ResNet-50 b1 --budget 90s took 141 s on
+an H100 without a warning, and on PoCL --budget 3m took 392 s after a warning of 200 s.
 """
 import time
 
@@ -57,6 +64,7 @@ def groups_of(layers):
 
 
 ELTWISE = [{"name": f"a{i}", "op": op} for i, op in enumerate(["relu", "tanh", "sigmoid"])]
+CONV = {"name": "c", "op": "conv", "out": 4, "kernel": 1}      # a small space: 1 s to enumerate
 
 
 def test_a_batch_is_cut_to_what_fits_before_the_deadline():
@@ -93,12 +101,14 @@ def test_one_clock_for_every_search_of_a_build(tmp_path, monkeypatch):
     the later searches (fusion) draw on the same clock instead of a budget of their own."""
     monkeypatch.setattr(search, "FINAL_BASE_S", 0.3)
     monkeypatch.setitem(search.BUILD_DEFAULT, "cpu", 0.2)
+    monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.1)
     clock = Clock.make("3s", POCL)
     m = Slow(0.1, build=0.2)
     store = Store(write=[tmp_path / "r.jsonl"])
     tune_network(groups_of(ELTWISE), POCL, m, store, None, budget=clock, strategy="random")
     reserve = clock.final_reserve
-    assert reserve == pytest.approx(search.FINAL_BASE_S + 3 * 0.2)
+    assert reserve == pytest.approx(search.FINAL_BASE_S + 3 * search.LIBRARY_PER_BUILD["cpu"]
+                                    * 0.2 + search.LIBRARY_RUNS * clock.run_s())
     assert clock.follow_up > 0
     assert clock.left() >= reserve + clock.follow_up - 0.15        # one candidate of slack
     first = m.count
@@ -120,14 +130,16 @@ def test_a_budget_given_as_text_starts_its_own_clock(tmp_path):
 
 def test_the_build_says_before_it_starts_when_the_minimum_cannot_fit(tmp_path):
     p = Warnings()
-    clock = Clock.make("1s", POCL)              # 5 layers at 1.5 s each cannot fit
-    layers = ELTWISE + [{"name": "p", "op": "maxpool", "kernel": 2},
-                        {"name": "q", "op": "avgpool", "kernel": 2}]
+    clock = Clock.make("1s", POCL)              # 6 layers at 2 s each cannot fit
+    layers = [CONV, {"name": "p", "op": "maxpool", "kernel": 2}] + ELTWISE + [
+        {"name": "q", "op": "avgpool", "kernel": 2}]
     search.tune_network(groups_of(layers), POCL, Slow(0.01), Store(write=[tmp_path / "r"]),
                         None, budget=clock, strategy="random", progress=p)
     assert len(p.warnings) == 1
     assert p.warnings[0].startswith("budget 1 s: this build needs about")
-    assert "7 layers measuring a fallback" in p.warnings[0]       # 5, and 2 pools to fuse
+    # 6, and the conv the pool after it may be fused into (the avgpool reads no conv)
+    assert "7 layers still to measure once at about 2.0 s each (expected), 1 at a time" \
+        in p.warnings[0]
 
 
 def test_trial_budgets_and_the_default_have_no_clock():
@@ -158,3 +170,180 @@ def test_a_batch_is_measured_chunk_by_chunk_at_its_own_pace():
     with pytest.raises(Exhausted):
         ev(range(6))
     assert calls == [[0, 1]] and list(ev.visited) == [0, 1]
+
+
+# -- the floor, the warning, the reserves ------------------------------------------------------
+
+class Lagged(MeasurerBase):
+    """A layer's first call takes `setup` seconds (its data, reference and compile, as the
+    runner's first candidate of a layer does; a dict: by layer name, 0 for others), each
+    candidate `per` more; every call is logged with the time it started."""
+
+    def __init__(self, setup, per=0.01, build=0.1, ms=1.0):
+        self.setup, self.per, self.build, self.ms = setup, per, build, ms
+        self.seen, self.calls = set(), []
+
+    def measure(self, layer, candidates, variants=None, on_outcome=None):
+        self.calls.append((time.monotonic(), layer.name))
+        if layer.signature_str() not in self.seen:
+            self.seen.add(layer.signature_str())
+            time.sleep(self.setup.get(layer.name, 0.0) if isinstance(self.setup, dict)
+                       else self.setup)
+        out = []
+        for c in candidates:
+            time.sleep(self.per)
+            o = Outcome(Status.OK, time_ms=self.ms, times=(self.ms,), build_s=self.build)
+            out.append(o)
+            if on_outcome is not None:
+                on_outcome(c, o)
+        return out
+
+
+_SPACES = {}
+
+
+def known_spaces(monkeypatch, groups):
+    """The layers' spaces enumerated once for the module: their enumeration (seconds in worker
+    processes) is not what these tests time."""
+    from aotconv.space import layer_spaces
+    new = [g[0] for g in groups if g[0].signature_str() not in _SPACES]
+    _SPACES.update({l.signature_str(): sp for l, sp in zip(new, layer_spaces(new, POCL))})
+    monkeypatch.setattr(search, "layer_spaces",
+                        lambda layers, target: [_SPACES[l.signature_str()] for l in layers])
+
+
+class Timed(Warnings):
+    """Warnings with the time each was given."""
+
+    def warn(self, text):
+        super().warn(text)
+        self.at = getattr(self, "at", []) + [time.monotonic()]
+
+
+def test_the_floor_counts_one_measurement_per_layer_over_the_lanes(monkeypatch):
+    monkeypatch.setattr(search, "FINAL_BASE_S", 2.0)
+    clock = Clock.make("60s", POCL)
+    clock.latencies = [3.0]                     # what a layer's first measurement took
+    clock.builds = [0.5]
+    clock.begin(20, fusable=(2, 300), progress=Warnings(), kernels=26, lanes=4,
+                spaces=(6.0, 3000))             # 3000 points in 6 s: 2 ms a point
+    reserve = 2.0 + 26 * search.LIBRARY_PER_BUILD["cpu"] * 0.5
+    assert clock.final_reserve == pytest.approx(reserve)
+    fusion = 2 * 150 * 0.002 + 2 * 3.0 / 4      # 2 convs of 150 points, a measurement each
+    assert clock.follow_up_min() == pytest.approx(fusion)
+    assert clock.floor(20) == pytest.approx(clock.elapsed() + 20 * 3.0 / 4 + fusion + reserve,
+                                            abs=0.05)
+    assert not clock.warned                     # about 33 s of a 60 s budget
+    # one lane: the same layers take four times as long, past 66 s
+    one = Clock.make("60s", POCL)
+    one.latencies, one.builds, p = [3.0], [0.5], Warnings()
+    one.begin(20, fusable=(2, 300), progress=p, kernels=26, lanes=1, spaces=(6.0, 3000))
+    assert one.floor(20) > 66 and len(p.warnings) == 1
+    need = int(p.warnings[0].split("needs about ")[1].split()[0])
+    assert need == pytest.approx(one.floor(20), abs=1)
+    assert "22 layers still to measure once at about 3.0 s each (1 measured so far), 1 at a " \
+           "time" in p.warnings[0]
+
+
+def test_the_warning_comes_before_anything_is_measured(tmp_path):
+    p = Timed()
+    m = Lagged(0.0)
+    clock = Clock.make("2s", POCL)               # 4 layers at 2 s each, expected
+    layers = [{"name": "d", "op": "dense", "out": 4}] + ELTWISE
+    tune_network(groups_of(layers), POCL, m, Store(write=[tmp_path / "r"]), None,
+                 budget=clock, strategy="random", progress=p)
+    assert len(p.warnings) == 1 and p.at[0] < m.calls[0][0]
+
+
+def test_layers_slower_than_expected_warn_as_soon_as_they_show_it(tmp_path, monkeypatch):
+    """A floor that fits with the default latency warns once the first layers measured show
+    that each takes 0.4 s: before the layers after them, not after the build."""
+    monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.05)
+    monkeypatch.setitem(search.BUILD_DEFAULT, "cpu", 0.1)
+    monkeypatch.setattr(search, "FINAL_BASE_S", 0.1)
+    p = Timed()
+    m = Lagged(0.4)
+    layers = ELTWISE + [{"name": "e", "op": "leaky_relu"}, {"name": "g", "op": "softmax"}]
+    groups = groups_of(layers)
+    known_spaces(monkeypatch, groups)
+    clock = Clock.make("2s", POCL)
+    tune_network(groups, POCL, m, Store(write=[tmp_path / "r"]), None, budget=clock,
+                 strategy="random", progress=p)
+    assert len(groups) == 5 and len(p.warnings) == 1
+    assert "measured so far" in p.warnings[0]
+    starts = sorted({t for t, _ in m.calls})
+    assert starts[0] < p.at[0] < starts[-1]     # after the first layer, before the last
+
+
+def test_each_layer_leaves_one_measurement_to_every_layer_after_it(tmp_path, monkeypatch):
+    """A layer with most of the network's cost had nearly all the search time, and the small
+    layers after it, each owing one measurement (0.3 s here), ran past the clock."""
+    monkeypatch.setattr(search, "FINAL_BASE_S", 0.0)
+    monkeypatch.setitem(search.BUILD_DEFAULT, "cpu", 0.0)          # no library to keep
+    monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.3)
+    monkeypatch.setitem(search.PACE_DEFAULT, "cpu", 0.1)            # a candidate in a batch
+    small = ["a0", "a1", "a2", "e"]
+    m = Lagged({n: 0.3 for n in small}, per=0.1, build=0.0)        # the dense: 0.1 s each
+    layers = [{"name": "d", "op": "dense", "out": 64}] + ELTWISE + [
+        {"name": "e", "op": "leaky_relu"}]
+    groups = groups_of(layers)
+    known_spaces(monkeypatch, groups)
+    clock = Clock.make("3s", POCL)
+    t0 = time.monotonic()
+    tune_network(groups, POCL, m, Store(write=[tmp_path / "r"]), None, budget=clock,
+                 strategy="random", seeding=False)
+    took = time.monotonic() - t0
+    assert took <= 1.1 * 3.0, took
+    assert {name for _, name in m.calls} == {"d"} | set(small)
+    assert len([1 for _, name in m.calls if name == "d"]) > 5      # the dense searched
+
+
+def test_grants_keep_each_later_layer_its_measurement():
+    class Left:
+        def search_left(self):
+            return 10.0
+
+        def latency(self):
+            return 1.0
+    g = search.Grants(search.Budget("seconds", 10), [10, 1, 1, 1], [50] * 4, Left())
+    now = time.monotonic()
+    _, d = g.start(0)
+    # 1 s of its own and 10/13 of the 6 s the four layers' measurements leave
+    assert d - now == pytest.approx(1.0 + 6.0 * 10 / 13, abs=0.05)
+
+
+def test_the_library_reserve_counts_every_kernel_and_the_network_runs(tmp_path, monkeypatch):
+    """One kernel per layer (identical layers each have their own in the library), at a share
+    of the candidates' mean compile, and the library's runs at the layers' measured times."""
+    monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.01)
+    layers = [{"name": f"r{i}", "op": "relu"} for i in range(3)] + [
+        {"name": "t", "op": "tanh"}]
+    clock = Clock.make("30s", POCL)
+    tune_network(groups_of(layers), POCL, Lagged(0.0, per=0.01, build=0.25, ms=20.0),
+                 Store(write=[tmp_path / "r"]), None, budget=clock, strategy="random")
+    assert clock.kernels == 4                   # 2 unique layers, 4 kernels in the library
+    assert clock.run_s() == pytest.approx(4 * 0.020)
+    assert clock.final_reserve == pytest.approx(
+        search.FINAL_BASE_S + 4 * search.LIBRARY_PER_BUILD["cpu"] * 0.25
+        + search.LIBRARY_RUNS * 4 * 0.020)
+
+
+def test_a_later_search_is_left_out_when_the_budget_has_no_room(capsys):
+    """After the network's search, a fusion or conversion search that cannot measure each of
+    its layers once before the library's reserve measures nothing, and the build says so."""
+    from aotconv import compiler
+    from aotconv.context import BuildContext
+    net = network_from_dict({"name": "n", "input": [1, 8, 16, 16], "layers": [
+        CONV, {"name": "p", "op": "maxpool", "kernel": 2}]})
+    clock = Clock.make("100s", POCL)
+    clock.latencies = [2.0]
+    ctx = BuildContext.make("pocl-cpu", mode="tune", budget=clock, measurer=Lagged(0.0))
+    if not ctx.tuning:
+        pytest.skip("PoCL is not present")
+    assert compiler._time_for(ctx, net, ["c", "p"], quiet=False)
+    clock.end = clock.start + clock.elapsed() + clock.final_reserve + 3.0    # 3 s left
+    assert not compiler._time_for(ctx, net, ["c", "p"], quiet=False)         # 2 x 2 s
+    err = capsys.readouterr().err
+    assert "budget 100 s: no time left to measure 2 conv/maxpool layers" in err
+    assert "not measured" in err
+    assert compiler._time_for(ctx, net, ["c"], quiet=False)                   # 2 s of 3

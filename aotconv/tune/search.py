@@ -42,6 +42,7 @@ import zlib
 
 import numpy as np
 
+from ..buildtime import phase
 from ..errors import AotconvError
 from ..space import layer_space, layer_spaces, Candidate, fallback_point
 from .measure import Outcome
@@ -57,10 +58,22 @@ FUSABLE_OPS = ("maxpool", "avgpool", "add")     # what the fusion searches may f
 # PoCL 1-3 s a kernel on 2 cores, NVIDIA's compiler 0.2-0.5 s)
 PACE_DEFAULT = {"cpu": 1.5, "gpu": 0.5}
 LANES_ENV = "AOTCONV_LANES"     # how many layers are searched at once (default: the measurer's)
-# the final library: ninja, the OpenCL runtime's start and the timing runs, plus one program
-# build per kernel (at this run's mean build time, or this default)
-FINAL_BASE_S = 1.5
-BUILD_DEFAULT = {"cpu": 1.0, "gpu": 0.3}
+# the final library (Clock.library_s): FINAL_BASE_S for the emitted files, ninja's runtime
+# objects and the library's load; then each kernel at a share of one candidate's compile, for
+# the program's build, its binary, ninja's embedding of both and the kernel's first launch;
+# then LIBRARY_RUNS runs of the network at the times its layers measured. The joined program is
+# one build (PoCL: about a second, whatever its size), but its binary compiles every kernel to
+# native code (0.21 s a kernel) and PoCL compiles each kernel again at its first launch: on two
+# busy cores resnet50's 56 kernels and mobilenet_v2's 54 took 0.24-0.26 s each in all, where a
+# candidate's compile took 0.3-0.38 s, and ninja and the load 3 s
+FINAL_BASE_S = 3.0
+LIBRARY_PER_BUILD = {"cpu": 0.8, "gpu": 1.0}
+BUILD_DEFAULT = {"cpu": 0.5, "gpu": 0.5}        # a candidate's compile before one is measured
+LIBRARY_RUNS = 6                # compiler.measure_library: one run, then five profiled
+# wall seconds of a layer's first measurement before this run has made one: its random data
+# and float64 reference, one compile, the verifying, warm-up and timed runs (PoCL on two busy
+# cores: 1-2 s a mobilenet_v2 layer, 2-8 s a resnet50 conv, whose fallback runs 0.1-0.3 s)
+LATENCY_DEFAULT = {"cpu": 2.0, "gpu": 1.0}
 
 
 # -- budget ------------------------------------------------------------------------------------
@@ -111,12 +124,15 @@ class SharedPace(Pace):
 class Clock:
     """A time budget for a whole build, started once and drawn on by every search of it.
 
-    `end` is start + the budget. The library built after the searches needs `final_reserve`
-    seconds (an estimate: FINAL_BASE_S plus one program build per kernel at the mean build
-    time measured in this run); the first search also leaves the searches after it (pool and
-    residual fusion, layout conversions) FOLLOW_UP of its time, and at least one measurement
-    for every pool and add among its layers (each may become a fused layer to measure).
-    `pace` learns what one new measurement costs."""
+    `end` is start + the budget. What the build owes whatever the budget (its floor): one
+    measurement of every unique layer (`latency()` each, learnt from the layers measured so
+    far, lanes measuring side by side), one of every layer the fusion searches may add
+    (pools and adds fused into their conv: an enumeration and a measurement each), and the
+    library (`final_reserve`: the emitted files, the program and ninja at a share of a
+    candidate's compile per kernel, and the runs of the network at its layers' measured
+    times). The first search keeps FOLLOW_UP of its time (at least that minimum) for the
+    searches after it, and each layer's deadline keeps one measurement for every layer after
+    it. `pace` learns what one new measurement costs in a batch."""
 
     def __init__(self, budget, start=None, kind="gpu"):
         self.budget = parse_budget(budget)
@@ -127,14 +143,25 @@ class Clock:
         self.kind = kind
         self.pace = SharedPace(PACE_DEFAULT.get(kind, 1.0))
         self.builds = []                 # compile seconds of this run's measured candidates
+        self.latencies = []              # seconds to each layer's first new measurement
+        self.net_ms = {}                 # op signature -> ms of its layers in one run
         self.kernels = None              # kernels of the final library (the first search's layers)
+        self.lanes = 1                   # layers measured at once (the first search's)
+        self.spaces_s = 0.0              # spent enumerating the first search's spaces
+        self.spaced = (0, 0)             # and how many (layers, points) they held
         self.searches = 0
         self.follow_up = 0.0             # kept for the searches after the first
+        self.fusable = (0, 0)            # (layers, points) the searches after the first may
+                                         # enumerate and measure: the convs that may take a
+                                         # pool or an add
         self.warned = False
 
     @classmethod
     def make(cls, budget, target=None, start=None):
-        """A Clock for a time budget; None for a trial budget or none."""
+        """A Clock for a time budget (a Clock given stays itself); None for a trial budget or
+        none."""
+        if isinstance(budget, Clock):
+            return budget
         b = parse_budget(budget)
         if b.kind != "seconds":
             return None
@@ -147,37 +174,100 @@ class Clock:
         return time.monotonic() - self.start
 
     def build_s(self):
-        """A kernel's compile: the mean of this run's (the library compiles big and small)."""
-        return float(np.mean(self.builds)) if self.builds else BUILD_DEFAULT.get(self.kind, 1.0)
+        """What one kernel adds to the library's build: a share (LIBRARY_PER_BUILD) of the
+        mean compile of this run's candidates, the joined program's build, its binary and
+        ninja together."""
+        mean = float(np.mean(self.builds)) if self.builds else BUILD_DEFAULT.get(self.kind, 1.0)
+        return LIBRARY_PER_BUILD.get(self.kind, 1.0) * mean
+
+    def latency(self):
+        """Wall seconds one layer's first measurement takes (the mean of this run's)."""
+        if self.latencies:
+            return float(np.mean(self.latencies))
+        return LATENCY_DEFAULT.get(self.kind, 1.0)
+
+    def run_s(self):
+        """One run of the network at its layers' measured times (those measured so far)."""
+        return sum(self.net_ms.values()) / 1e3
+
+    def library_s(self, kernels=None):
+        """The library's build and runs: FINAL_BASE_S, `kernels` (default the first search's
+        layers) at build_s() each, LIBRARY_RUNS runs of the network."""
+        kernels = self.kernels if kernels is None else kernels
+        return FINAL_BASE_S + (kernels or 0) * self.build_s() + LIBRARY_RUNS * self.run_s()
 
     @property
     def final_reserve(self):
-        return FINAL_BASE_S + (self.kernels or 0) * self.build_s()
+        return self.library_s()
+
+    def owed(self, layers):
+        """Seconds `layers` searches of one measurement each take, `lanes` at a time."""
+        return layers * self.latency() / max(1, self.lanes)
+
+    def follow_up_min(self, layers=None):
+        """What the searches after the first take at least: `layers` layers (default: the
+        convs that may take a pool or an add) enumerated, at the first search's seconds per
+        point of space and its fusable convs' points per layer, and measured once each."""
+        n, points = self.fusable
+        layers = n if layers is None else layers
+        per_layer = points / n if n else (self.spaced[1] / self.spaced[0] if self.spaced[0]
+                                          else 0.0)
+        rate = self.spaces_s / self.spaced[1] if self.spaced[1] else 0.0
+        return layers * (per_layer * rate) + self.owed(layers)
+
+    def floor(self, layers):
+        """When the build ends at the soonest, `layers` unique layers still to measure once."""
+        return (self.elapsed() + self.owed(layers) + self.follow_up_min()
+                + self.final_reserve)
 
     def search_left(self):
         """Seconds this moment's search may still spend (after the reserves)."""
         keep = self.final_reserve + (self.follow_up if self.searches <= 1 else 0.0)
         return self.left() - keep
 
-    def begin(self, layers, fusable=0, progress=None):
-        """A search of `layers` unique layers starts (`fusable` of them pools or adds): the
-        first fixes the reserves and says so, before anything is measured, when the minimum
-        cannot fit."""
+    def affords(self, layers):
+        """Whether a later search of `layers` unique layers, measured once each, fits before
+        the library's reserve."""
+        return self.left() - self.final_reserve >= self.follow_up_min(layers)
+
+    def begin(self, layers, fusable=(0, 0), progress=None, kernels=None, lanes=1,
+              spaces=(0.0, 0)):
+        """A search of `layers` unique layers starts, their spaces enumerated in
+        spaces = (seconds, points): the first fixes the reserves, for `fusable` = (convs that
+        may take a pool or an add, their points) and the library's `kernels` (default
+        `layers`), `lanes` layers measured at once; it says so before anything is measured
+        when the floor exceeds the budget by more than 10%."""
         self.searches += 1
         if self.searches == 1:
-            self.kernels = layers
-            self.follow_up = max(FOLLOW_UP * max(0.0, self.left() - self.final_reserve),
-                                 fusable * self.pace.per)
-            floor = (self.elapsed() + (layers + fusable) * self.pace.per
-                     + self.final_reserve)
-            if floor > 1.1 * self.budget.amount and progress is not None and not self.warned:
-                self.warned = True
-                progress.warn(
-                    f"budget {self.budget}: this build needs about {floor:.0f} s at least "
-                    f"({self.elapsed():.0f} s spent before tuning, {layers + fusable} layers "
-                    f"measuring a fallback at about {self.pace.per:.1f} s each, the library's "
-                    f"build and runs about {self.final_reserve:.0f} s); it will take about "
-                    f"that, not {self.budget.amount:g} s")
+            self.kernels = layers if kernels is None else kernels
+            self.lanes, self.fusable = max(1, lanes), tuple(fusable)
+            self.spaces_s, self.spaced = spaces[0], (layers, spaces[1])
+            spare = self.left() - self.final_reserve - self.owed(layers)
+            self.follow_up = max(FOLLOW_UP * max(0.0, spare), self.follow_up_min())
+            self.check(layers, progress)
+
+    def check(self, layers, progress):
+        """Warn (once) when the floor, `layers` still to measure, is past 1.1 x the budget."""
+        floor = self.floor(layers)
+        if floor <= 1.1 * self.budget.amount or progress is None or self.warned:
+            return False
+        self.warned = True
+        n = layers + self.fusable[0]
+        measured = (f"{len(self.latencies)} measured so far" if self.latencies
+                    else "expected")
+        progress.warn(
+            f"budget {self.budget}: this build needs about {floor:.0f} s at least "
+            f"({self.elapsed():.0f} s spent so far, {n} layer{'s' if n != 1 else ''} still to "
+            f"measure once at about {self.latency():.1f} s each ({measured}), {self.lanes} "
+            f"at a time, the library's build and runs about {self.final_reserve:.0f} s); it "
+            f"will take about that, not {self.budget.amount:g} s")
+        return True
+
+    def layer_done(self, result):
+        """A layer of the first search finished: its time counts to the network's run."""
+        if self.searches <= 1 and result.best_outcome is not None and result.best_outcome.ok:
+            self.net_ms[result.layers[0].signature_str()] = \
+                result.best_outcome.time_ms * len(result.layers)
 
 
 def share(total, weights, caps, floor=1):
@@ -286,6 +376,7 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     reserve); library: a seeding.Library of this device's records, for seeds and a prior;
     lane: the `Lanes` this search runs in beside others (their lock guards the store, the
     library, the clock and the progress; their stop ends it at its next batch)."""
+    started = time.monotonic()
     layer = space.layer
     layers = layers or [layer]
     guard = lane.lock if lane is not None else contextlib.nullcontext()
@@ -304,6 +395,8 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
             if lane is not None and lane.interrupted:
                 return              # the run is going away: a worker killed now is no result
             outcomes[cand] = o
+            if clock is not None and not state["new"]:
+                clock.latencies.append(time.monotonic() - started)
             state["new"] += 1
             extra = {"fallback": True} if cand == fb else {}
             store.append(keys[cand.variant], cand.cfg, o, layer=layer.name, **extra)
@@ -372,6 +465,15 @@ def unique_layers(layers):
     return list(groups.values())
 
 
+def fusable_convs(groups, spaces):
+    """(n, points): the unique convs among `groups` whose output a pool or an add reads (the
+    fusion searches may enumerate and measure each fused with it), and their spaces' points."""
+    where = {l.name: i for i, g in enumerate(groups) for l in g}
+    convs = {where[t] for g in groups for l in g if l.op in FUSABLE_OPS
+             for t in l.inputs if t in where and groups[where[t]][0].op == "conv"}
+    return len(convs), sum(len(spaces[i].candidates) for i in convs)
+
+
 class Grants:
     """What each layer of a network search may spend, decided when the layer starts from what
     is left then (layers start in network order; with lanes, while others still run).
@@ -401,12 +503,15 @@ class Grants:
             grant = share(max(0, free), w, [max(1, self.sizes[j]) for j in rest])[0]
             self.reserved[i] = grant
         elif self.budget.kind == "seconds":
-            # recomputed from the clock at every layer: an earlier layer's overrun is paid here
+            # recomputed from the clock at every layer: an earlier layer's overrun is paid
+            # here. Each layer not started yet is owed one measurement (`latency` of a lane's
+            # time, whatever its share); what is left after those is shared by weight.
             now = time.monotonic()
             left = max(0.0, self.clock.search_left())
             held = sum(max(0.0, d - now) for d in self.deadlines.values())
-            grant_s = share(max(0.0, self.lanes * left - held), w, [math.inf for _ in rest],
-                            floor=0.0)[0]
+            owed = self.clock.latency() if hasattr(self.clock, "latency") else 0.0
+            spare = self.lanes * left - held - len(rest) * owed
+            grant_s = owed + share(max(0.0, spare), w, [math.inf for _ in rest], floor=0.0)[0]
             grant, deadline = max(1, self.sizes[i]), now + min(left, grant_s)
             self.deadlines[i] = deadline
         else:
@@ -517,10 +622,13 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
     width = lanes_for(measurer, lanes, len(groups))
     clock = budget if isinstance(budget, Clock) else Clock.make(budget, target)
     budget = parse_budget(budget)
-    spaces = layer_spaces([g[0] for g in groups], target)
-    if where:
-        from ..space import restrict
-        spaces = [restrict(sp, where) for sp in spaces]
+    t0 = time.monotonic()
+    with phase("spaces"):
+        spaces = layer_spaces([g[0] for g in groups], target)
+        if where:
+            from ..space import restrict
+            spaces = [restrict(sp, where) for sp in spaces]
+    spaces_s = time.monotonic() - t0
     sizes = [len(s.candidates) for s in spaces]
     weights = [est_seconds(g[0], target) * len(g) if share_by == "cost" else 1.0
                for g in groups]
@@ -529,7 +637,9 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
         library = Library.from_store(store, target, device,
                                      {p.variant.name for sp in spaces for p in sp.parts})
     if clock is not None:
-        clock.begin(len(groups), sum(g[0].op in FUSABLE_OPS for g in groups), progress)
+        clock.begin(len(groups), fusable_convs(groups, spaces), progress,
+                    kernels=sum(len(g) for g in groups), lanes=width,
+                    spaces=(spaces_s, sum(len(sp.candidates) for sp in spaces)))
     extra = {k: v for k, v in (("clock", clock), ("library", library)) if v is not None}
     shared = None
     if width > 1:
@@ -557,6 +667,12 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
     def end(i, r):
         with guard:
             grants.done(i, len(r.trace))
+            if clock is not None:
+                clock.layer_done(r)
+                # the layers measured so far say what one costs: warn now if the floor is
+                # past the budget after all (once; the first warning may have come before)
+                if clock.searches == 1:
+                    clock.check(len(groups) - 1 - i, progress)
         results[groups[i][0].signature_str()] = r
 
     run_lanes(len(groups), width, begin, work, end, shared)
