@@ -246,7 +246,11 @@ def test_older_acts_render_byte_identical(tmp_path, monkeypatch):
     from mako.lookup import TemplateLookup
     old = tmp_path / "templates"
     shutil.copytree(base.TEMPLATE_DIR, old)
-    (old / "kernels" / "_common.mako").write_text(ORIGINAL_COMMON)
+    # the acts as they were, with the storage helpers of today (they render FP32 text as it was
+    # before storage existed: tests/test_fp16.py keeps that so)
+    common = (base.TEMPLATE_DIR / "kernels" / "_common.mako").read_text()
+    storage = common[common.index("## Storage:"):]
+    (old / "kernels" / "_common.mako").write_text(ORIGINAL_COMMON + storage)
     old_lookup = TemplateLookup(directories=[str(old)], strict_undefined=True,
                                 input_encoding="utf-8")
     new_lookup = base._lookup
