@@ -27,9 +27,12 @@ demo: deps
 	$(BIN)/aotconv run build/$(NET)
 
 # Every test but the slow tier (marker `slow`, tests/conftest.py: the heavy PoCL sweeps'
-# extra cases and the big network builds); what CI runs (docs/testing.md)
+# extra cases and the big network builds); what CI runs (docs/testing.md). TEST_JOBS pytest
+# workers (pytest-xdist), a test file to a worker: PoCL compiles each kernel on one core, and
+# an empty kernel cache (a fresh machine) makes that most of the time
+TEST_JOBS ?= 2
 test: deps
-	$(BIN)/python -m pytest -q -x -m "not slow"
+	$(BIN)/python -m pytest -q -x -m "not slow" -n $(TEST_JOBS) --dist loadfile
 
 # Every test, the slow tier included
 test-full: deps
