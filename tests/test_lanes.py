@@ -335,3 +335,21 @@ def test_the_measurer_serves_two_lanes_at_once(tmp_path, monkeypatch):
     for name, outs in results.items():
         assert len(outs) == 6 and all(o.ok for o in outs), [o.message for o in outs]
     assert len(seen) == 12 and not any(seen)
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_a_trial_budget_is_shared_by_cost_or_equally(groups, tmp_path, lanes):
+    """share_by="cost" (a network's time) gives the dense layer, by far the costliest, more
+    trials than the three element-wise ones together; share_by="equal" (the bench's independent
+    layers) gives every unique layer the same count; another word is a one-line error."""
+    def tried(share_by):
+        store = Store(write=[tmp_path / f"{lanes}-{share_by}.jsonl"])
+        res = tune_network(groups, POCL, Device(), store, None, budget=24, lanes=lanes,
+                           seeding=False, strategy="random", share_by=share_by)
+        return {r.layers[0].name: len(r.trace) for r in res.values()}
+    by_cost = tried("cost")
+    assert by_cost["d"] > by_cost["r"] + by_cost["t"] + by_cost["s"], by_cost
+    assert sum(by_cost.values()) == 24
+    assert tried("equal") == {"r": 6, "t": 6, "s": 6, "d": 6}
+    with pytest.raises(AotconvError, match="budget sharing"):
+        tried("fair")

@@ -74,7 +74,8 @@ def test_tuning_a_small_network_end_to_end(cache):
         {n: (c.variant, c.cfg, "record") for n, c in ch.items()}
 
 
-def test_network_budget_shared_by_cost_or_equally(cache, monkeypatch):
+@pytest.mark.slow        # about a minute of PoCL compiles cold; tests/test_lanes.py checks the
+def test_network_budget_shared_by_cost_or_equally(cache, monkeypatch):   # sharing device-free
     """share="cost" (a network's time) gives the conv most trials; share="equal" (the bench's
     independent layers) gives every unique layer the same count."""
     net = network_from_dict({"name": "mixed", "input": [1, 16, 24, 24], "layers": [
