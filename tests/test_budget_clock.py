@@ -100,15 +100,16 @@ def test_one_clock_for_every_search_of_a_build(tmp_path, monkeypatch):
     """The network's search leaves the later searches and the library their reserves, and
     the later searches (fusion) draw on the same clock instead of a budget of their own."""
     monkeypatch.setattr(search, "FINAL_BASE_S", 0.3)
-    monkeypatch.setitem(search.BUILD_DEFAULT, "cpu", 0.2)
     monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.1)
     clock = Clock.make("3s", POCL)
     m = Slow(0.1, build=0.2)
     store = Store(write=[tmp_path / "r.jsonl"])
     tune_network(groups_of(ELTWISE), POCL, m, store, None, budget=clock, strategy="random")
     reserve = clock.final_reserve
-    assert reserve == pytest.approx(search.FINAL_BASE_S + 3 * search.LIBRARY_PER_BUILD["cpu"]
-                                    * 0.2 + search.LIBRARY_RUNS * clock.run_s())
+    assert len(clock.sources) == 3              # the three kernels' sources, as chosen
+    size = sum(b for b, _ in clock.sources.values())
+    assert reserve == pytest.approx(search.FINAL_BASE_S + size * clock.byte_s()
+                                    + search.LIBRARY_RUNS * clock.run_s())
     assert clock.follow_up > 0
     assert clock.left() >= reserve + clock.follow_up - 0.15        # one candidate of slack
     first = m.count
@@ -223,11 +224,13 @@ class Timed(Warnings):
 def test_the_floor_counts_one_measurement_per_layer_over_the_lanes(monkeypatch):
     monkeypatch.setattr(search, "FINAL_BASE_S", 2.0)
     clock = Clock.make("60s", POCL)
-    clock.latencies = [3.0]                     # what a layer's first measurement took
+    clock.latencies = [3.0, 2.5, 9.0]           # three layers' first measurements: 3 s
     clock.builds = [0.5]
     clock.begin(20, fusable=(2, 300), progress=Warnings(), kernels=26, lanes=4,
                 spaces=(6.0, 3000))             # 3000 points in 6 s: 2 ms a point
-    reserve = 2.0 + 26 * search.LIBRARY_PER_BUILD["cpu"] * 0.5
+    # 26 kernels of the default size, at this run's compile speed (0.5 s against 0.35 s)
+    reserve = 2.0 + 26 * search.KERNEL_BYTES * search.LIBRARY_S_PER_BYTE["cpu"] * (
+        0.5 / search.BUILD_REF["cpu"])
     assert clock.final_reserve == pytest.approx(reserve)
     fusion = 2 * 150 * 0.002 + 2 * 3.0 / 4      # 2 convs of 150 points, a measurement each
     assert clock.follow_up_min() == pytest.approx(fusion)
@@ -236,12 +239,12 @@ def test_the_floor_counts_one_measurement_per_layer_over_the_lanes(monkeypatch):
     assert not clock.warned                     # about 33 s of a 60 s budget
     # one lane: the same layers take four times as long, past 66 s
     one = Clock.make("60s", POCL)
-    one.latencies, one.builds, p = [3.0], [0.5], Warnings()
+    one.latencies, one.builds, p = [3.0, 2.5, 9.0], [0.5], Warnings()
     one.begin(20, fusable=(2, 300), progress=p, kernels=26, lanes=1, spaces=(6.0, 3000))
     assert one.floor(20) > 66 and len(p.warnings) == 1
     need = int(p.warnings[0].split("needs about ")[1].split()[0])
     assert need == pytest.approx(one.floor(20), abs=1)
-    assert "22 layers still to measure once at about 3.0 s each (1 measured so far), 1 at a " \
+    assert "22 layers still to measure once at about 3.0 s each (3 measured so far), 1 at a " \
            "time" in p.warnings[0]
 
 
@@ -259,7 +262,7 @@ def test_layers_slower_than_expected_warn_as_soon_as_they_show_it(tmp_path, monk
     """A floor that fits with the default latency warns once the first layers measured show
     that each takes 0.4 s: before the layers after them, not after the build."""
     monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.05)
-    monkeypatch.setitem(search.BUILD_DEFAULT, "cpu", 0.1)
+    monkeypatch.setitem(search.LIBRARY_S_PER_BYTE, "cpu", 5e-5)     # 0.05 s a kernel
     monkeypatch.setattr(search, "FINAL_BASE_S", 0.1)
     p = Timed()
     m = Lagged(0.4)
@@ -275,11 +278,29 @@ def test_layers_slower_than_expected_warn_as_soon_as_they_show_it(tmp_path, monk
     assert starts[0] < p.at[0] < starts[-1]     # after the first layer, before the last
 
 
+def test_one_heavy_layer_is_no_alarm(tmp_path, monkeypatch):
+    """The first layer's measurement takes 1 s (a big conv, and the measuring processes'
+    start), the others 0.05 s: the build fits its budget, and says nothing."""
+    monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.05)
+    monkeypatch.setitem(search.LIBRARY_S_PER_BYTE, "cpu", 5e-5)
+    monkeypatch.setattr(search, "FINAL_BASE_S", 0.1)
+    p = Timed()
+    m = Lagged({"a0": 1.0})
+    layers = ELTWISE + [{"name": "e", "op": "leaky_relu"}, {"name": "g", "op": "softmax"}]
+    groups = groups_of(layers)
+    known_spaces(monkeypatch, groups)
+    clock = Clock.make("2s", POCL)
+    t0 = time.monotonic()
+    tune_network(groups, POCL, m, Store(write=[tmp_path / "r"]), None, budget=clock,
+                 strategy="random", progress=p)
+    assert p.warnings == [] and time.monotonic() - t0 <= 2.0
+
+
 def test_each_layer_leaves_one_measurement_to_every_layer_after_it(tmp_path, monkeypatch):
     """A layer with most of the network's cost had nearly all the search time, and the small
     layers after it, each owing one measurement (0.3 s here), ran past the clock."""
     monkeypatch.setattr(search, "FINAL_BASE_S", 0.0)
-    monkeypatch.setitem(search.BUILD_DEFAULT, "cpu", 0.0)          # no library to keep
+    monkeypatch.setitem(search.LIBRARY_S_PER_BYTE, "cpu", 0.0)       # no library to keep
     monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.3)
     monkeypatch.setitem(search.PACE_DEFAULT, "cpu", 0.1)            # a candidate in a batch
     small = ["a0", "a1", "a2", "e"]
@@ -312,20 +333,37 @@ def test_grants_keep_each_later_layer_its_measurement():
     assert d - now == pytest.approx(1.0 + 6.0 * 10 / 13, abs=0.05)
 
 
-def test_the_library_reserve_counts_every_kernel_and_the_network_runs(tmp_path, monkeypatch):
-    """One kernel per layer (identical layers each have their own in the library), at a share
-    of the candidates' mean compile, and the library's runs at the layers' measured times."""
+def test_the_library_reserve_counts_the_chosen_kernels_source_and_the_network_runs(
+        tmp_path, monkeypatch):
+    """The joined program is one build whose cost grows with its code: every kernel (identical
+    layers each have their own) at the source size of the kernel chosen, at this run's compile
+    speed, and the library's runs at the layers' measured times. Before, a unique layer cost
+    one candidate's whole compile (its fixed cost included) and the runs nothing."""
+    from aotconv.variants import BY_NAME
     monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.01)
     layers = [{"name": f"r{i}", "op": "relu"} for i in range(3)] + [
         {"name": "t", "op": "tanh"}]
+    groups = groups_of(layers)
     clock = Clock.make("30s", POCL)
-    tune_network(groups_of(layers), POCL, Lagged(0.0, per=0.01, build=0.25, ms=20.0),
-                 Store(write=[tmp_path / "r"]), None, budget=clock, strategy="random")
+    res = tune_network(groups, POCL, Lagged(0.0, per=0.01, build=0.7, ms=20.0),
+                       Store(write=[tmp_path / "r"]), None, budget=clock, strategy="random")
     assert clock.kernels == 4                   # 2 unique layers, 4 kernels in the library
+    size = {}
+    for g in groups:
+        best = res[g[0].signature_str()].best
+        size[g[0].name] = len(BY_NAME[best.variant].render(g[0], best.cfg, "k"))
+    assert clock.sources == {groups[0][0].signature_str(): (size["r0"], 3),
+                             groups[1][0].signature_str(): (size["t"], 1)}
+    assert clock.byte_s() == pytest.approx(2 * search.LIBRARY_S_PER_BYTE["cpu"])  # 0.7 s: 2x
     assert clock.run_s() == pytest.approx(4 * 0.020)
     assert clock.final_reserve == pytest.approx(
-        search.FINAL_BASE_S + 4 * search.LIBRARY_PER_BUILD["cpu"] * 0.25
+        search.FINAL_BASE_S + (3 * size["r0"] + size["t"]) * clock.byte_s()
         + search.LIBRARY_RUNS * 4 * 0.020)
+    # a library of several kernels of one size, before any is chosen: the default size each
+    fresh = Clock.make("30s", POCL)
+    fresh.kernels = 10
+    assert fresh.final_reserve == pytest.approx(
+        search.FINAL_BASE_S + 10 * search.KERNEL_BYTES * search.LIBRARY_S_PER_BYTE["cpu"])
 
 
 def test_a_later_search_is_left_out_when_the_budget_has_no_room(capsys):

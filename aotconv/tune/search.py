@@ -7,14 +7,19 @@ number of times it occurs), capped by each layer's space; whatever a layer leave
 back to the pool for the layers after it. Every layer measures its fallback first (the
 untuned baseline, so the report can show what tuning bought) and at least that one trial.
 
-A time budget is one `Clock` for the whole build (BuildContext makes it when the build
-starts): space enumeration, the worker processes' start, every search (the network's, then the
+A time budget is one `Clock` for the whole build (the compiler starts it with the build):
+space enumeration, the worker processes' start, every search (the network's, then the
 pool-fusion, residual and layout-conversion searches that choose is called for afterwards),
 and a reserve for building and running the final library all come out of it. The first search
-reserves FOLLOW_UP of what is left for the searches after it and `Clock.final_reserve` for the
-library; each layer's deadline is recomputed from the clock when the layer starts; a batch is
-cut to what fits before the deadline (strategies.base.Pace); when even the minimum (one
-fallback per layer and the library) cannot fit, the build says so before it starts.
+reserves FOLLOW_UP of what is left for the searches after it (at least one enumeration and
+measurement of each conv a pool or an add may be fused into) and `Clock.final_reserve` for the
+library (every kernel at a share of a candidate's compile, the network's runs at its layers'
+measured times); each layer's deadline is recomputed from the clock when the layer starts and
+keeps one measurement (a layer's first measurement's latency, learnt as the build goes) for
+every layer after it; a batch is cut to what fits before the deadline (strategies.base.Pace).
+When even the floor (one measurement per layer, the lanes measuring side by side, the fusion
+searches' minimum and the library) cannot fit, the build says so before anything is measured,
+and again as soon as the layers measured show it (once in all).
 
 Before its strategy runs, a layer measures its fallbacks and the best points of similar layers
 in the records (strategies.seeding: nearest op signatures of the same op on the same device),
@@ -59,21 +64,29 @@ FUSABLE_OPS = ("maxpool", "avgpool", "add")     # what the fusion searches may f
 PACE_DEFAULT = {"cpu": 1.5, "gpu": 0.5}
 LANES_ENV = "AOTCONV_LANES"     # how many layers are searched at once (default: the measurer's)
 # the final library (Clock.library_s): FINAL_BASE_S for the emitted files, ninja's runtime
-# objects and the library's load; then each kernel at a share of one candidate's compile, for
-# the program's build, its binary, ninja's embedding of both and the kernel's first launch;
-# then LIBRARY_RUNS runs of the network at the times its layers measured. The joined program is
-# one build (PoCL: about a second, whatever its size), but its binary compiles every kernel to
-# native code (0.21 s a kernel) and PoCL compiles each kernel again at its first launch: on two
-# busy cores resnet50's 56 kernels and mobilenet_v2's 54 took 0.24-0.26 s each in all, where a
-# candidate's compile took 0.3-0.38 s, and ninja and the load 3 s
+# objects and the library's load; then its kernels' source at LIBRARY_S_PER_BYTE, for the
+# joined program's build, its binary, ninja's embedding of both and each kernel's first launch
+# (scaled by this run's candidates' compile times against BUILD_REF's: a busy or a faster
+# host); then LIBRARY_RUNS runs of the network at the times its layers measured. The joined
+# program is one build, not one per kernel, and what it costs grows with the code: PoCL's build
+# takes about a second whatever the size, but its binary and each kernel's first launch compile
+# every kernel to native code (on two busy cores 0.07-0.3 ms a source byte in all: fallback
+# mobilenet_v2 and resnet50, tuned lenet5, resnet50 and mobilenet_v2, whose tuned convs of
+# 10 kB took 2 s each); NVIDIA's build and ptxas take 0.018-0.021 ms a byte (vgg16, resnet50
+# on an H100: results/h100/nvidia-binaries.md), a cubin loads in milliseconds
 FINAL_BASE_S = 3.0
-LIBRARY_PER_BUILD = {"cpu": 0.8, "gpu": 1.0}
-BUILD_DEFAULT = {"cpu": 0.5, "gpu": 0.5}        # a candidate's compile before one is measured
+LIBRARY_S_PER_BYTE = {"cpu": 1.5e-4, "gpu": 2.5e-5}
+KERNEL_BYTES = 4000             # a kernel's source before a layer's choice is known
+BUILD_REF = {"cpu": 0.35, "gpu": 0.4}           # a candidate's compile where those were measured
 LIBRARY_RUNS = 6                # compiler.measure_library: one run, then five profiled
 # wall seconds of a layer's first measurement before this run has made one: its random data
-# and float64 reference, one compile, the verifying, warm-up and timed runs (PoCL on two busy
-# cores: 1-2 s a mobilenet_v2 layer, 2-8 s a resnet50 conv, whose fallback runs 0.1-0.3 s)
-LATENCY_DEFAULT = {"cpu": 2.0, "gpu": 1.0}
+# and float64 reference, one compile, the verifying, warm-up and timed runs, one after another
+# (PoCL on two busy cores: 1-2 s a mobilenet_v2 layer, 2-8 s a resnet50 conv, whose fallback
+# runs 0.1-0.3 s; NVIDIA: a compile of 0.3-1 s, the reference on the host and enough buffer
+# copies to spill the L2 twice; not yet measured layer by layer on the H100). The build learns
+# the real figure from its first layers (Clock.latency) and warns then if it was too low.
+LATENCY_DEFAULT = {"cpu": 2.0, "gpu": 2.0}
+LATE_SAMPLES = 3                # layers measured before their latency may warn of the floor
 
 
 # -- budget ------------------------------------------------------------------------------------
@@ -145,6 +158,7 @@ class Clock:
         self.builds = []                 # compile seconds of this run's measured candidates
         self.latencies = []              # seconds to each layer's first new measurement
         self.net_ms = {}                 # op signature -> ms of its layers in one run
+        self.sources = {}                # op signature -> (source bytes of its kernel, layers)
         self.kernels = None              # kernels of the final library (the first search's layers)
         self.lanes = 1                   # layers measured at once (the first search's)
         self.spaces_s = 0.0              # spent enumerating the first search's spaces
@@ -173,17 +187,26 @@ class Clock:
     def elapsed(self):
         return time.monotonic() - self.start
 
+    def byte_s(self):
+        """Seconds one byte of kernel source adds to the library's build: LIBRARY_S_PER_BYTE,
+        scaled by this run's mean candidate compile against BUILD_REF's (within 2x)."""
+        ref = BUILD_REF.get(self.kind, 0.4)
+        speed = float(np.mean(self.builds)) / ref if self.builds else 1.0
+        return LIBRARY_S_PER_BYTE.get(self.kind, 1e-4) * min(2.0, max(0.5, speed))
+
     def build_s(self):
-        """What one kernel adds to the library's build: a share (LIBRARY_PER_BUILD) of the
-        mean compile of this run's candidates, the joined program's build, its binary and
-        ninja together."""
-        mean = float(np.mean(self.builds)) if self.builds else BUILD_DEFAULT.get(self.kind, 1.0)
-        return LIBRARY_PER_BUILD.get(self.kind, 1.0) * mean
+        """What one kernel adds to the library's build: the mean source of the kernels chosen
+        so far (KERNEL_BYTES before any) at byte_s()."""
+        size, n = (sum(b * k for b, k in self.sources.values()),
+                   sum(k for _, k in self.sources.values()))
+        return (size / n if n else KERNEL_BYTES) * self.byte_s()
 
     def latency(self):
-        """Wall seconds one layer's first measurement takes (the mean of this run's)."""
+        """Wall seconds one layer's first measurement takes: the median of this run's (the
+        build's first one also starts the measuring processes, and a network's heaviest
+        layers take several times its median one), else LATENCY_DEFAULT."""
         if self.latencies:
-            return float(np.mean(self.latencies))
+            return float(np.median(self.latencies))
         return LATENCY_DEFAULT.get(self.kind, 1.0)
 
     def run_s(self):
@@ -191,10 +214,14 @@ class Clock:
         return sum(self.net_ms.values()) / 1e3
 
     def library_s(self, kernels=None):
-        """The library's build and runs: FINAL_BASE_S, `kernels` (default the first search's
-        layers) at build_s() each, LIBRARY_RUNS runs of the network."""
-        kernels = self.kernels if kernels is None else kernels
-        return FINAL_BASE_S + (kernels or 0) * self.build_s() + LIBRARY_RUNS * self.run_s()
+        """The library's build and runs: FINAL_BASE_S, the source of the `kernels` (default
+        the first search's layers: those chosen so far at their own size, the others at the
+        mean) at byte_s(), LIBRARY_RUNS runs of the network."""
+        kernels = (self.kernels if kernels is None else kernels) or 0
+        known = sum(k for _, k in self.sources.values())
+        size = sum(b * k for b, k in self.sources.values())
+        build = size * self.byte_s() + max(0, kernels - known) * self.build_s()
+        return FINAL_BASE_S + build + LIBRARY_RUNS * self.run_s()
 
     @property
     def final_reserve(self):
@@ -247,9 +274,12 @@ class Clock:
             self.check(layers, progress)
 
     def check(self, layers, progress):
-        """Warn (once) when the floor, `layers` still to measure, is past 1.1 x the budget."""
+        """Warn (once) when the floor, `layers` still to measure, is past 1.1 x the budget:
+        before anything is measured, at the defaults, or once LATE_SAMPLES layers are."""
+        if progress is None or self.warned or 0 < len(self.latencies) < LATE_SAMPLES:
+            return False
         floor = self.floor(layers)
-        if floor <= 1.1 * self.budget.amount or progress is None or self.warned:
+        if floor <= 1.1 * self.budget.amount:
             return False
         self.warned = True
         n = layers + self.fusable[0]
@@ -264,10 +294,30 @@ class Clock:
         return True
 
     def layer_done(self, result):
-        """A layer of the first search finished: its time counts to the network's run."""
-        if self.searches <= 1 and result.best_outcome is not None and result.best_outcome.ok:
-            self.net_ms[result.layers[0].signature_str()] = \
-                result.best_outcome.time_ms * len(result.layers)
+        """A layer of the first search finished: its time counts to the network's run, its
+        chosen kernel's source to the library's."""
+        if self.searches > 1:
+            return
+        sig = result.layers[0].signature_str()
+        if result.best_outcome is not None and result.best_outcome.ok:
+            self.net_ms[sig] = result.best_outcome.time_ms * len(result.layers)
+        size = source_bytes(result)
+        if size:
+            self.sources[sig] = (size, len(result.layers))
+
+
+def source_bytes(result):
+    """Bytes of the OpenCL source of the kernel a layer search chose (its fallback where none
+    ran), or None where it does not render."""
+    cand = result.best or result.fallback
+    variants = {p.variant.name: p.variant for p in result.space.parts}
+    v = variants.get(cand.variant)
+    if v is None:
+        return None
+    try:
+        return len(v.render(result.layers[0], cand.cfg, "k"))
+    except Exception:          # an estimate only: a point that does not render is no size
+        return None
 
 
 def share(total, weights, caps, floor=1):
@@ -482,8 +532,9 @@ class Grants:
     running layers are reserved, and what a layer leaves unused returns to the pool when it
     finishes, so the total never exceeds the budget (each layer still gets at least its
     fallback). seconds: the clock's search time left, times the lanes, less what the running
-    layers' deadlines still hold, is shared the same way, and no deadline passes the clock's
-    (with one lane: the clock's time left, shared as before). default: up to DEFAULT_TRIALS
+    layers' deadlines still hold and one measurement (`clock.latency()`) for each layer not
+    started, is shared the same way on top of the layer's own measurement, and no deadline
+    passes the clock's (with one lane: the clock's time left). default: up to DEFAULT_TRIALS
     per layer."""
 
     def __init__(self, budget, weights, sizes, clock=None, lanes=1):
