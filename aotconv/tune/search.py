@@ -13,8 +13,8 @@ pool-fusion, residual and layout-conversion searches that choose is called for a
 and a reserve for building and running the final library all come out of it. The first search
 reserves FOLLOW_UP of what is left for the searches after it (at least one enumeration and
 measurement of each conv a pool or an add may be fused into) and `Clock.final_reserve` for the
-library (every kernel at a share of a candidate's compile, the network's runs at its layers'
-measured times); each layer's deadline is recomputed from the clock when the layer starts and
+library (its kernels' source at seconds a byte, the network's runs at its layers' measured
+times); each layer's deadline is recomputed from the clock when the layer starts and
 keeps one measurement (a layer's first measurement's latency, learnt as the build goes) for
 every layer after it; a batch is cut to what fits before the deadline (strategies.base.Pace).
 When even the floor (one measurement per layer, the lanes measuring side by side, the fusion
@@ -141,9 +141,9 @@ class Clock:
     measurement of every unique layer (`latency()` each, learnt from the layers measured so
     far, lanes measuring side by side), one of every layer the fusion searches may add
     (pools and adds fused into their conv: an enumeration and a measurement each), and the
-    library (`final_reserve`: the emitted files, the program and ninja at a share of a
-    candidate's compile per kernel, and the runs of the network at its layers' measured
-    times). The first search keeps FOLLOW_UP of its time (at least that minimum) for the
+    library (`final_reserve`: the emitted files, its kernels' source at seconds a byte, since
+    the joined program is one build whose cost grows with its code, and the runs of the
+    network at its layers' measured times). The first search keeps FOLLOW_UP of its time (at least that minimum) for the
     searches after it, and each layer's deadline keeps one measurement for every layer after
     it. `pace` learns what one new measurement costs in a batch."""
 
@@ -716,6 +716,7 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
         return r
 
     def end(i, r):
+        results[groups[i][0].signature_str()] = r
         with guard:
             grants.done(i, len(r.trace))
             if clock is not None:
@@ -723,8 +724,7 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
                 # the layers measured so far say what one costs: warn now if the floor is
                 # past the budget after all (once; the first warning may have come before)
                 if clock.searches == 1:
-                    clock.check(len(groups) - 1 - i, progress)
-        results[groups[i][0].signature_str()] = r
+                    clock.check(len(groups) - len(results), progress)
 
     run_lanes(len(groups), width, begin, work, end, shared)
     return {g[0].signature_str(): results[g[0].signature_str()] for g in groups}
