@@ -17,9 +17,9 @@ bench` (our kernels and the reference libraries beside them) and tools/kernel_pr
   Lipschitz constant of the fused activation (`tf32_allowance`; docs/precision.md derives it).
   A kernel of a layer stored in half (an fp16 build) is allowed, on top of TOLERANCE, what
   storing in half does: the exact effect of rounding its stored inputs and parameters to half
-  (the float64 reference on the rounded operands, less the reference) and the rounding of its
-  stored output, u (|ref16| + TOLERANCE max(1, |ref16|)) + 2^-25 with u = 2^-11
-  (`half_allowance`; docs/precision.md).
+  ((1 + TOLERANCE) |ref16 - ref|, ref16 the float64 reference on the rounded operands) and
+  the rounding of its stored output, u (|ref16| + TOLERANCE max(1, |ref16|)) + 2^-25 with
+  u = 2^-11 (`half_allowance`; docs/precision.md derives it).
 - Copies: as many sets of the buffers as spill the last-level cache twice, at most
   MAX_COPIES and 1/8 of the device memory (`copies`); launch i runs on copy i % copies, so
   a repeat is not served from a cache the previous one warmed.
@@ -104,17 +104,18 @@ def tf32_allowance(layer, xs, params):
 def half_allowance(layer, xs, params, expected, tol=TOLERANCE):
     """Per output of a `layer` stored in half (float64, the output's shape): what storing its
     operands and its output in half may move it from `expected` (the float64 reference on `xs`
-    and `params` as given): |ref16 - expected|, the exact effect of rounding the stored inputs
-    and parameters to half (ref16: the float64 reference on the rounded operands), plus the
-    rounding of a half output, u (|ref16| + tol max(1, |ref16|)) + 2^-25, the computed value
-    being within tol of ref16 before it is stored (FP32 accumulation)."""
+    and `params` as given). The kernel computes, in FP32, on the operands rounded to half, so
+    within tol max(1, |ref16|) of ref16, the float64 reference on those operands; that is
+    within tol max(1, |expected|) + tol |ref16 - expected| of it. To that come the exact effect
+    of the rounding, |ref16 - expected|, and the rounding of a half output, u (|ref16| +
+    tol max(1, |ref16|)) + 2^-25 (u = 2^-11; 2^-25, half the spacing of half's subnormals)."""
     from .precision import round_fp16, src_storage_of, storage_of
     half_in, half_out = src_storage_of(layer) == "fp16", storage_of(layer) == "fp16"
     as_stored = lambda v, half: (round_fp16(np.asarray(v, np.float32)) if half  # noqa: E731
                                  else np.asarray(v, np.float64))
     ref16 = forward(layer, [as_stored(x, half_in) for x in xs],
                     {k: as_stored(v, half_out) for k, v in params.items()})
-    a = np.abs(ref16 - np.asarray(expected, np.float64))
+    a = (1.0 + tol) * np.abs(ref16 - np.asarray(expected, np.float64))
     if half_out:
         mag = np.abs(ref16)
         a = a + FP16_UNIT_ROUNDOFF * (mag + tol * np.maximum(1.0, mag)) + FP16_SUBNORMAL_HALF_ULP

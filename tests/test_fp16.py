@@ -120,23 +120,43 @@ def test_an_fp16_space_leaves_out_the_variants_without_half_storage():
     base = net_of([dict(name="c", op="conv", out=8, kernel=3, pad=1)],
                   shape=(1, 8, 10, 10)).layer("c")
     layer = half(base)
-    target = with_precision(TARGETS["h100"], "fp16")
-    sp = layer_space(layer, target)
-    kept = {p.variant.name for p in sp.parts}
+    h100 = with_precision(TARGETS["h100"], "fp16")
+    some = [BY_NAME[n] for n in ("conv_direct", "conv_1x1", "conv_mma")]
+    sp = layer_space(layer, h100, variants=some)
+    assert [p.variant.name for p in sp.parts] == ["conv_direct"]
     left = dict(sp.unsupported)
-    assert "conv_direct" in kept and all(BY_NAME[n].half_storage for n in kept)
     # conv_mma multiplies in TF32: an fp16 build computes in FP32
     assert left["conv_mma"].startswith("conv_mma computes in TF32")
-    for v in VARIANTS:
-        if v.supports(layer) is None and not v.half_storage and v.name != "conv_mma":
-            assert left[v.name] == (f"{v.name} has no half-storage kernel: only a build of "
-                                    f"--precision fp32 or tf32 runs it")
-            # a single point judged outside a space: the build.storage constraint
-            assert fallback_point(layer, v, target) is None, v.name
+    assert left["conv_1x1"].startswith("conv_1x1 needs kernel 1x1")
+    # a variant without half storage: left out of the space, with the reason, and rejected
+    # where a single point is judged (build.storage)
+    up = half(net_of([dict(name="u", op="upsample", scale=2)], shape=(1, 2, 3, 3)).layer("u"))
+    v = BY_NAME["upsample_direct"]
+    assert not v.half_storage
+    assert dict(layer_space(up, POCL16).unsupported)["upsample_direct"] == (
+        "upsample_direct has no half-storage kernel: only a build of --precision fp32 or "
+        "tf32 runs it")
+    assert fallback_point(up, v, POCL16) is None
+    assert fallback_point(layer_of(up.signature_str().replace(",storage=fp16", "")), v,
+                          POCL) is not None
     # an fp32 build's spaces are what they were: no such constraint
-    fp32 = layer_space(base, TARGETS["h100"])
-    assert {p.variant.name for p in fp32.parts} > kept - {"conv_mma"}
-    assert all("build.storage" not in [c.name for c in p.constraints] for p in fp32.parts)
+    fp32 = layer_space(base, TARGETS["h100"], variants=some)
+    assert [p.variant.name for p in fp32.parts] == ["conv_direct"]
+    assert [c.name for c in fp32.parts[0].constraints] == \
+        [c.name for c in sp.parts[0].constraints]
+    assert "build.storage" not in [c.name for c in
+                                   layer_space(up, POCL).parts[0].constraints]
+
+
+@pytest.mark.parametrize("name", ["lenet5", "alexnet", "vgg16", "nin", "inception-v1",
+                                  "resnet50", "mobilenet_v2"])
+def test_every_layer_of_the_shipped_networks_has_a_half_variant(name):
+    from aotconv.ops import is_alias
+    from aotconv.spec import load_network
+    net = stored(passes.optimise(load_network(name)), "fp16")
+    check_storage([l for l in net.layers if not is_alias(l)], POCL16)      # raises if not
+    for fused in (passes.fuse_pool(net), passes.fuse_residual(net)):
+        check_storage([l for l in fused.layers if not is_alias(l)], POCL16)
 
 
 def test_a_layer_no_half_variant_serves_is_refused_naming_it(tmp_path, capsys):
@@ -314,7 +334,8 @@ def _layer(layers, shape, name, fuse=None):
     return net.layer(name)
 
 
-# (variant, layers, input shape, the layer, fusion, slow)
+# (variant, layers, input shape, the layer, fusion or a layout conversion's layout[, "slow"]:
+# a variant's second case, in the slow tier)
 CASES = [
     ("eltwise", [dict(name="a", op="sigmoid")], (2, 3, 5, 7), "a", None),
     ("add_direct", [dict(name="a", op="tanh"), dict(name="s", op="add", inputs=["a", "input"],
@@ -341,14 +362,47 @@ CASES = [
     ("dense_direct", [dict(name="f", op="dense", out=13, act="relu")], (4, 3, 5, 7), "f",
      None),
     ("conv_direct", [dict(name="c", op="conv", out=6, kernel=3, stride=2, pad=1, groups=2,
-                          act="relu")], (2, 4, 9, 9), "c", None),
+                          act="relu")], (2, 4, 9, 9), "c", None, "slow"),
     ("conv_direct", [dict(name="c", op="conv", out=4, kernel=3, pad=1),
                      dict(name="s", op="add", inputs=["c", "input"], act="relu")],
      (1, 4, 7, 7), "c", "residual"),
     ("conv_pool_direct", [dict(name="c", op="conv", out=6, kernel=5, act="relu"),
                           dict(name="p", op="maxpool", kernel=2)], (2, 3, 16, 16), "c", "pool"),
-    ("layout_convert", [dict(name="r", op="relu")], (2, 5, 7, 3), None, "NHWC"),
+    ("layout_convert", [dict(name="r", op="relu")], (2, 5, 7, 3), None, "NHWC", "slow"),
+    ("conv_depthwise", [dict(name="c", op="conv", out=16, kernel=3, groups=16, pad=1,
+                             act="relu6")], (2, 16, 14, 14), "c", None),
+    ("conv_tiled", [dict(name="c", op="conv", out=9, kernel=3, pad=1, act="clip", max=0.5)],
+     (2, 7, 10, 10), "c", None),
+    ("conv_1x1", [dict(name="c", op="conv", out=32, kernel=1),
+                  dict(name="s", op="add", inputs=["c", "input"], act="relu")],
+     (2, 32, 7, 7), "c", "residual"),
+    ("dense_gemv", [dict(name="f", op="dense", out=100, act="hardswish")], (1, 256, 2, 2), "f",
+     None),
+    ("conv_im2col", [dict(name="c", op="conv", out=7, kernel=3, stride=2, pad=1, act="relu")],
+     (2, 5, 13, 11), "c", None),
+    ("dense_gemm", [dict(name="f", op="dense", out=40, bias=False)], (16, 64, 1, 1), "f", None),
+    ("conv_winograd", [dict(name="c", op="conv", out=8, kernel=3, pad=1, act="tanh")],
+     (1, 8, 12, 12), "c", None),
+    ("conv_igemm", [dict(name="c", op="conv", out=32, kernel=3, pad=1),
+                    dict(name="s", op="add", inputs=["c", "input"], act="relu")],
+     (1, 32, 8, 8), "c", "residual"),
 ]
+# the point a case runs where its fallback would take long to compile on PoCL: these knobs
+# set, the others the fallback's (vector loads and stores of half, a fused residual)
+POINTS = {"conv_igemm": dict(MDIM=4, NDIM=4, MBLK=16, NBLK=16, KBLK=16, VW=4, UNROLL=0,
+                             DBUF=0, LAYOUT="NCHW", KSPLIT=1, TAPSTEP=1)}
+
+
+def _point(v, layer, target):
+    """The point a case runs: its fallback, or the POINTS knobs over it."""
+    from aotconv.space import point_ok
+    from aotconv.variants.base import Config
+    cfg = fallback_point(layer, v, target)
+    if v.name in POINTS:
+        cfg = Config(tuple((k.name, POINTS[v.name].get(k.name, cfg[k.name]))
+                           for k in v.knobs(layer, target)))
+        assert point_ok(layer, v, cfg, target), cfg
+    return cfg
 
 
 def _case_layer(layers, shape, name, fuse):
@@ -367,13 +421,14 @@ def _check(v, layer, cfg, rng):
     return check, k.output(), xs
 
 
-@pytest.mark.parametrize("name,layers,shape,lname,fuse", CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize("name,layers,shape,lname,fuse", [
+    pytest.param(*c[:5], marks=pytest.mark.slow) if c[5:] else c[:5] for c in CASES],
+    ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_half_variants_meet_the_half_tolerance(name, layers, shape, lname, fuse):
     v = BY_NAME[name]
     layer = half(_case_layer(layers, shape, lname, fuse))
     assert v.supports(layer) is None
-    cfg = fallback_point(layer, v, POCL16)
+    cfg = _point(v, layer, POCL16)
     assert cfg is not None
     check, out, _ = _check(v, layer, cfg, np.random.default_rng(7))
     assert check["ok"], (name, cfg, check)
@@ -385,22 +440,41 @@ def test_every_half_variant_has_a_case():
     assert {c[0] for c in CASES} == {v.name for v in VARIANTS if v.half_storage}
 
 
-def test_the_casts_round_to_half_and_widen_exactly():
+@pytest.mark.parametrize("src,dst,s_in,s_out,tiled", [
+    ("NCHW", "NCHW", "fp32", "fp16", False),
+    ("CHWN", "NCHW", "fp16", "fp32", True),
+    pytest.param("NCHW", "NHWC", "fp32", "fp16", True, marks=pytest.mark.slow),
+    pytest.param("NCHW", "NCHW", "fp16", "fp32", False, marks=pytest.mark.slow)])
+def test_the_casts_round_to_half_and_widen_exactly(src, dst, s_in, s_out, tiled):
     from aotconv.layouts import convert_layer
     v = BY_NAME["layout_convert"]
-    rng = np.random.default_rng(5)
-    for src, dst, s_in, s_out in (("NCHW", "NCHW", "fp32", "fp16"),
-                                  ("NCHW", "NHWC", "fp32", "fp16"),
-                                  ("NCHW", "NCHW", "fp16", "fp32"),
-                                  ("CHWN", "NCHW", "fp16", "fp32")):
-        layer = convert_layer("cv", "input", (2, 5, 7, 3), src, dst, s_out, s_in)
-        tiled = layer_space(layer, POCL16, variants=[v]).parts[0].points[-1]
-        for cfg in {fallback_point(layer, v, POCL16), tiled}:
-            check, out, xs = _check(v, layer, cfg, rng)
-            assert check["ok"], (src, dst, s_in, s_out, cfg)
-            # the input rounded to nearest even once (by the cast, or on upload to a half
-            # buffer), the widening exact: numpy's rounding, bit for bit
-            assert np.array_equal(out, xs[0].astype(np.float16).astype(np.float32))
+    layer = convert_layer("cv", "input", (2, 5, 7, 3), src, dst, s_out, s_in)
+    cfg = (layer_space(layer, POCL16, variants=[v]).parts[0].points[-1] if tiled
+           else fallback_point(layer, v, POCL16))
+    assert (cfg["TILE"] > 0) == tiled
+    check, out, xs = _check(v, layer, cfg, np.random.default_rng(5))
+    assert check["ok"], cfg
+    # the input rounded to nearest even once (by the cast, or on upload to a half buffer),
+    # the widening exact: numpy's rounding, bit for bit
+    assert np.array_equal(out, xs[0].astype(np.float16).astype(np.float32))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted({c[0] for c in CASES}))
+def test_sampled_points_of_every_half_variant_meet_the_half_tolerance(name):
+    """Four points spread over the space of each case of the variant (split-K, vector
+    widths, layouts, tiles and guards the fallback does not reach)."""
+    from aotconv.space import variant_space
+    v = BY_NAME[name]
+    rng = np.random.default_rng(9)
+    for _, layers, shape, lname, fuse in [c[:5] for c in CASES if c[0] == name]:
+        layer = half(_case_layer(layers, shape, lname, fuse))
+        pts = variant_space(layer, v, POCL16, explain=False).points
+        for i in range(4):
+            cfg = pts[i * (len(pts) - 1) // 3]
+            check, out, _ = _check(v, layer, cfg, rng)
+            assert check["ok"], (name, cfg, check)
+            assert np.array_equal(out, out.astype(np.float16).astype(np.float32))
 
 
 # -- PoCL: a network through the library --------------------------------------------------------

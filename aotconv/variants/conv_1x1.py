@@ -60,6 +60,7 @@ class Conv1x1(Variant):
     name = "conv_1x1"
     ops = ("conv",)
     template = "kernels/conv_1x1.cl.mako"
+    half_storage = True
 
     constraints = (
         vw_divides("NT", "a work-item's NT columns are whole VW-wide vectors"),

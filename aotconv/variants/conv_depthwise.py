@@ -93,6 +93,7 @@ class ConvDepthwise(Variant):
     name = "conv_depthwise"
     ops = ("conv",)
     template = "kernels/conv_depthwise.cl.mako"
+    half_storage = True
 
     constraints = row_block_constraints() + (
         Constraint("tile_not_oversized", "software",

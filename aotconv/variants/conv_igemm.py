@@ -187,6 +187,7 @@ class ConvIgemm(Variant):
     name = "conv_igemm"
     ops = ("conv",)
     template = "kernels/conv_igemm.cl.mako"
+    half_storage = True
 
     scratch = True              # split-K partial tiles
 

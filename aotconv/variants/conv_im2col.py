@@ -64,6 +64,7 @@ class ConvIm2col(gt.GemmVariant):
     name = "conv_im2col"
     ops = ("conv",)
     template = "kernels/conv_im2col.cl.mako"
+    half_storage = True
     dims = staticmethod(_dims)
     constraints = gt.gemm_constraints(_dims) + (
         Constraint("imgs_divide_batch", "algorithm",

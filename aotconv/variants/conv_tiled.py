@@ -58,6 +58,7 @@ class ConvTiled(Variant):
     name = "conv_tiled"
     ops = ("conv",)
     template = "kernels/conv_tiled.cl.mako"
+    half_storage = True
 
     constraints = row_block_constraints() + (
         not_oversized("kt_not_oversized",

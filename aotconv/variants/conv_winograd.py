@@ -113,6 +113,7 @@ class ConvWinograd(gt.GemmVariant):
     name = "conv_winograd"
     ops = ("conv",)
     template = "kernels/conv_winograd.cl.mako"
+    half_storage = True
     dims = staticmethod(_dims)
     packed = "u"
     constraints = gt.gemm_constraints(_dims) + (

@@ -40,6 +40,7 @@ class DenseGemm(gt.GemmVariant):
     name = "dense_gemm"
     ops = ("dense", "conv")
     template = "kernels/dense_gemm.cl.mako"
+    half_storage = True
     dims = staticmethod(_dims)
     constraints = gt.gemm_constraints(_dims) + gt.split_k_constraints(
         lambda l: _dims(l)["K"], _dims)

@@ -84,10 +84,13 @@ ${_flt(v)}
 ##   T()                      the element type of a buffer: float | half
 ##   LOAD(p, i)               element i of p, as a float
 ##   LOADV(n, p, i)           n-vector i of p (elements n*i ..), as a floatn (n = 1: LOAD)
-##   LOADAT(t, n, ptr)        the n-vector at pointer ptr, of type t in fp32 (ptr as written)
+##   LOADAT(pt, n, ptr)       the n-vector at pointer ptr: *(pt)ptr in fp32 (pt the pointer's
+##                            type and ptr as the template writes them)
 ##   STORE(p, i, v)           element i of p = v (no semicolon)
 ##   STOREV(n, p, i, v)       n-vector i of p = v (n = 1: STORE)
-##   STOREAT(t, n, ptr, v)    the n-vector at pointer ptr = v
+##   STOREAT(pt, n, ptr, v)   the n-vector at pointer ptr = v: *(pt)ptr = v in fp32
+##   TV(t)                    the type of a buffer read as n-vectors of type t: t | half
+##   LOADVEC(n, p, i)         n-vector i of such a buffer p: p[i] | vload_halfn(i, p)
 <%!
 def _half(context, s):
     return (s or context.get("storage", None) or "fp32") == "fp16"
@@ -115,11 +118,11 @@ vload_half${n}(${i}, ${p})
 vload${n}(${i}, ${p})
 % endif
 </%def>
-<%def name="LOADAT(t, n, ptr, s=None)" filter="trim">
+<%def name="LOADAT(pt, n, ptr, s=None)" filter="trim">
 % if _half(context, s):
 vload_half${_n(n)}(0, ${ptr})
 % else:
-*(__global const ${t}*)${ptr}
+*(${pt})${ptr}
 % endif
 </%def>
 <%def name="STORE(p, i, v, s=None)" filter="trim">
@@ -138,10 +141,20 @@ vstore_half${n}_rte(${v}, ${i}, ${p})
 vstore${n}(${v}, ${i}, ${p})
 % endif
 </%def>
-<%def name="STOREAT(t, n, ptr, v, s=None)" filter="trim">
+<%def name="TV(t, s=None)" filter="trim">
+${"half" if _half(context, s) else t}
+</%def>
+<%def name="LOADVEC(n, p, i, s=None)" filter="trim">
+% if _half(context, s):
+vload_half${_n(n)}(${i}, ${p})
+% else:
+${p}[${i}]
+% endif
+</%def>
+<%def name="STOREAT(pt, n, ptr, v, s=None)" filter="trim">
 % if _half(context, s):
 vstore_half${_n(n)}_rte(${v}, 0, ${ptr})
 % else:
-*(__global ${t}*)${ptr} = ${v}
+*(${pt})${ptr} = ${v}
 % endif
 </%def>

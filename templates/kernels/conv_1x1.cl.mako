@@ -47,14 +47,14 @@ from aotconv.variants.kernel_text import comp, vtype
 ${c.helpers()}
 // One work-group: an MBLK x NBLK tile of one group's Y.
 __kernel __attribute__((reqd_work_group_size(NB, MB, 1)))
-void ${prefix}(__global const float* restrict x, __global const float* restrict w,
+void ${prefix}(__global const ${c.T()}* restrict x, __global const ${c.T()}* restrict w,
 % if has_bias:
-               __global const float* restrict bias,
+               __global const ${c.T()}* restrict bias,
 % endif
 % if residual:
-               __global const float* restrict res,     // the fused add's other input
+               __global const ${c.T()}* restrict res,     // the fused add's other input
 % endif
-               __global float* restrict y)
+               __global ${c.T()}* restrict y)
 {
     const int tn = get_local_id(0), tm = get_local_id(1);
     const int tid = tm * NB + tn;
@@ -115,9 +115,9 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
             if (it < A_ITERS - 1 || tid < A_REM)     // only the last load is partial
 % endif
 % if KCHK:
-            Al[a_dst[it]] = k0 + a_kk[it] < CG ? w[a_src[it] + k0] : 0.0f;
+            Al[a_dst[it]] = k0 + a_kk[it] < CG ? ${c.LOAD("w", "a_src[it] + k0")} : 0.0f;
 % else:
-            Al[a_dst[it]] = w[a_src[it] + k0];
+            Al[a_dst[it]] = ${c.LOAD("w", "a_src[it] + k0")};
 % endif
         #pragma unroll
         for (int it = 0; it < B_ITERS; ++it) {
@@ -127,9 +127,9 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
 % endif
             // aligned: H*W % VW == 0 puts every vector at a multiple of VW floats
 % if KCHK:
-            const floatV v = k0 + b_kk[it] < CG ? *(__global const floatV*)(x + b_src[it] + k0 * HW) : (floatV)(0.0f);
+            const floatV v = k0 + b_kk[it] < CG ? ${c.LOADAT("__global const floatV*", VW, "(x + b_src[it] + k0 * HW)")} : (floatV)(0.0f);
 % else:
-            const floatV v = *(__global const floatV*)(x + b_src[it] + k0 * HW);
+            const floatV v = ${c.LOADAT("__global const floatV*", VW, "(x + b_src[it] + k0 * HW)")};
 % endif
             *(__local floatV*)(Bl + b_dst[it]) = v;
         }
@@ -163,7 +163,7 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
             continue;
 % endif
 % if has_bias:
-        const float b = bias[g * KG + m];
+        const float b = ${c.LOAD("bias", "g * KG + m")};
 % endif
         #pragma unroll
         for (int j = 0; j < NT / VW; ++j) {
@@ -172,15 +172,17 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
             if (n >= NHW)
                 continue;
 % endif
-            __global float* const yo = y + (n / HW * K + g * KG + m) * HW + n % HW;
+            __global ${c.T()}* const yo = y + (n / HW * K + g * KG + m) * HW + n % HW;
 % if residual:
             // the residual where y is written: the same offset, the same alignment
-            const floatV s = acc[i][j]${" + b" if has_bias else ""} + *(__global const floatV*)(res + (yo - y));
+            const floatV s = acc[i][j]${" + b" if has_bias else ""} + ${c.LOADAT("__global const floatV*", VW, "(res + (yo - y))")};
 % else:
             const floatV s = acc[i][j]${" + b" if has_bias else ""};
 % endif
 % if VW > 1:
-            *(__global floatV*)yo = (floatV)(${", ".join(capture(c.act, act, alpha, "s" + comp(VW, v)).strip() for v in range(VW))});
+            ${c.STOREAT("__global floatV*", VW, "yo", "(floatV)(%s)" % ", ".join(capture(c.act, act, alpha, "s" + comp(VW, v)).strip() for v in range(VW)))};
+% elif storage == "fp16":
+            ${c.STORE("yo", 0, capture(c.act, act, alpha, "s"))};
 % else:
             *yo = ${c.act(act, alpha, "s")};
 % endif

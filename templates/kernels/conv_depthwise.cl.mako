@@ -5,6 +5,8 @@ from aotconv.variants.kernel_text import comp, indent, plus, vtype
 <%
     act, alpha = attrs["act"], attrs["alpha"]
     xmem = "__local" if LMEM else "__global"
+    # the storage the windows read: the staged halo (float) or the image (the layer's)
+    xs = "fp32" if LMEM else None
     # the row stride of the input the windows read: the staged halo or the image
     ROW = TIW if LMEM else W
 %>\
@@ -57,27 +59,27 @@ if ((uint)(${plus('ih0', r, DH)}) < (uint)H) {
 % else:
 {
 % endif
-    ${xmem} const float* const xr = ${plus('xb', r, DH * ROW)};
+    ${xmem} const ${c.T(xs)}* const xr = ${plus('xb', r, DH * ROW)};
 <% i = 0 %>\
 % while i < SPAN:
 %   if i in VEC_AT:
-    const ${vtype(VW)} v${i} = vload${VW}(0, xr + ${i});
+    const ${vtype(VW)} v${i} = ${c.LOADV(VW, "xr + %d" % i, 0, xs)};
 %     for v in range(VW):
     const float x${i + v} = v${i}${comp(VW, v)};
 %     endfor
 <% i += VW %>\
 %   else:
 %     if i in GUARD_COL and GUARD_COL[i]:
-    const float x${i} = (uint)(iw0 + ${i}) < (uint)W ? xr[${i}] : 0.0f;
+    const float x${i} = (uint)(iw0 + ${i}) < (uint)W ? ${c.LOAD("xr", i, xs)} : 0.0f;
 %     elif i in GUARD_COL:
-    const float x${i} = xr[${i}];
+    const float x${i} = ${c.LOAD("xr", i, xs)};
 %     endif
 <% i += 1 %>\
 %   endif
 % endwhile
 % for s in range(S):
     {
-        const float wt = wk[${r * S + s if isinstance(r, int) else "r * S + %d" % s}];
+        const float wt = ${c.LOAD("wk", r * S + s if isinstance(r, int) else "r * S + %d" % s)};
 %   for qq in range(QT):
         acc[${qq}] = mad(wt, x${qq * SW + s * DW}, acc[${qq}]);
 %   endfor
@@ -87,11 +89,11 @@ if ((uint)(${plus('ih0', r, DH)}) < (uint)H) {
 </%def>\
 
 __kernel __attribute__((reqd_work_group_size(TX, TY, CB)))
-void ${prefix}(__global const float* restrict x, __global const float* restrict w,
+void ${prefix}(__global const ${c.T()}* restrict x, __global const ${c.T()}* restrict w,
 % if has_bias:
-               __global const float* restrict bias,
+               __global const ${c.T()}* restrict bias,
 % endif
-               __global float* restrict y)
+               __global ${c.T()}* restrict y)
 {
     const int qb = get_global_id(0);
     const int p = get_global_id(1);
@@ -108,7 +110,7 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
             const int kk = k0 + i / (TIH * TIW);
             const int ih = th0 + i / TIW % TIH, iw = tw0 + i % TIW;
             tile[i] = (${"kk < K && " if KCHK else ""}(uint)ih < (uint)H && (uint)iw < (uint)W)
-                      ? x[((n * C + kk / M) * H + ih) * W + iw] : 0.0f;
+                      ? ${c.LOAD("x", "((n * C + kk / M) * H + ih) * W + iw")} : 0.0f;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -126,9 +128,9 @@ void ${prefix}(__global const float* restrict x, __global const float* restrict 
 % else:
     const int ih0 = p * SH - PT, iw0 = q0 * SW - PL;     // top-left input of the first window
     // the same as a pointer (it may point before the image: only guarded loads go there)
-    __global const float* const xb = x + ((n * C + k / M) * H + ih0) * W + iw0;
+    __global const ${c.T()}* const xb = x + ((n * C + k / M) * H + ih0) * W + iw0;
 % endif
-    __global const float* const wk = w + k * (R * S);
+    __global const ${c.T()}* const wk = w + k * (R * S);
 
     float acc[QT];
     #pragma unroll
@@ -148,22 +150,22 @@ ${indent(capture(filter_row, "r", any(GUARD_ROW)), 8)}\
 % endif
 
     // epilogue: bias, activation, stores (guarded only where a block can pass the row's end)
-    __global float* const yr = y + ((n * K + k) * P + p) * Q + q0;
+    __global ${c.T()}* const yr = y + ((n * K + k) * P + p) * Q + q0;
 % for qq in range(QT):
-    const float s${qq} = ${c.act(act, alpha, "acc[%d]%s" % (qq, " + bias[k]" if has_bias else ""))};
+    const float s${qq} = ${c.act(act, alpha, "acc[%d]%s" % (qq, " + " + capture(c.LOAD, "bias", "k") if has_bias else ""))};
 % endfor
 % if QCHK:
 %   for qq in range(QT):
     if (q0 + ${qq} < Q)
-        yr[${qq}] = s${qq};
+        ${c.STORE("yr", qq, "s%d" % qq)};
 %   endfor
 % elif VW > 1:
 %   for q in range(0, QT, VW):
-    vstore${VW}((float${VW})(${", ".join("s%d" % (q + v) for v in range(VW))}), 0, yr + ${q});
+    ${c.STOREV(VW, "yr + %d" % q, 0, "(float%d)(%s)" % (VW, ", ".join("s%d" % (q + v) for v in range(VW))))};
 %   endfor
 % else:
 %   for qq in range(QT):
-    yr[${qq}] = s${qq};
+    ${c.STORE("yr", qq, "s%d" % qq)};
 %   endfor
 % endif
 }

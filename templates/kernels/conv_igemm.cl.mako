@@ -110,7 +110,7 @@ ${define("floatV", vtype(VW))}
 ${c.helpers()}
 // Weights [K][C/G][R][S] -> k-major [G][CRSP][KGP], zero outside the layer (run once).
 __kernel __attribute__((reqd_work_group_size(64, 1, 1)))
-void ${prefix}_pack(__global const float* restrict w, __global float* restrict wp)
+void ${prefix}_pack(__global const ${c.T()}* restrict w, __global float* restrict wp)
 {
     const int i = get_global_id(0);
     if (i >= G * CRSP * KGP)
@@ -125,7 +125,7 @@ void ${prefix}_pack(__global const float* restrict w, __global float* restrict w
 % else:
         const int c = crs % CG, rs = crs / CG;
 % endif
-        v = w[((g * KG + m) * CG + c) * (R * S) + rs];
+        v = ${c.LOAD("w", "((g * KG + m) * CG + c) * (R * S) + rs")};
     }
     wp[i] = v;
 }
@@ -166,16 +166,16 @@ for (int it = 0; it < A_ITERS; ++it) {
     const int xo_r = (k0 % CG + brow) * X_SC + r * (DH * X_SH) + s * (DW * X_SW);
     #pragma unroll
     for (int j = 0; j < BCOLS; ++j) {
-        __global const float* const xj = x + (xo[j] + xo_r);
+        __global const ${c.T()}* const xj = x + (xo[j] + xo_r);
 %   if HCHK or WCHK:
         const bool ok = ${" && ".join((["(uint)(ih0[j] + r * DH) < (uint)H"] if HCHK else []) + (["(uint)(iw0[j] + s * DW) < (uint)W"] if WCHK else []))};
 %   endif
         #pragma unroll
         for (int t = 0; t < BROWS; ++t)
 %   if HCHK or WCHK:
-            pb[t][j] = ok ? xj[t * (B_ROWSTEP * X_SC)] : 0.0f;
+            pb[t][j] = ok ? ${c.LOAD("xj", "t * (B_ROWSTEP * X_SC)")} : 0.0f;
 %   else:
-            pb[t][j] = xj[t * (B_ROWSTEP * X_SC)];
+            pb[t][j] = ${c.LOAD("xj", "t * (B_ROWSTEP * X_SC)")};
 %   endif
     }
 }
@@ -202,9 +202,9 @@ for (int t = 0; t < BROWS; ++t) {
     #pragma unroll
     for (int j = 0; j < BCOLS; ++j)
 % if bcond:
-        pb[t][j] = (${bcond}) ? x[xo[j] + xo_r] : 0.0f;
+        pb[t][j] = (${bcond}) ? ${c.LOAD("x", "xo[j] + xo_r")} : 0.0f;
 % else:
-        pb[t][j] = x[xo[j] + xo_r];
+        pb[t][j] = ${c.LOAD("x", "xo[j] + xo_r")};
 % endif
 }
 % endif
@@ -260,14 +260,14 @@ for (int t = 0; t < BROWS; ++t) {
 // (i*MDIM + tm)*VW + v and columns (j*NDIM + tn)*VW + v: strided, so neighbouring work-items
 // read neighbouring local vectors (no bank conflicts) and write neighbouring outputs.
 __kernel __attribute__((reqd_work_group_size(NDIM, MDIM, 1)))
-void ${prefix}(__global const float* restrict x, __global const float* restrict wp,
+void ${prefix}(__global const ${c.T()}* restrict x, __global const float* restrict wp,
 % if has_bias:
-               __global const float* restrict bias,
+               __global const ${c.T()}* restrict bias,
 % endif
 % if residual:
-               __global const float* restrict res,     // the fused add's other input
+               __global const ${c.T()}* restrict res,     // the fused add's other input
 % endif
-               __global float* restrict y${",\n               __global float* restrict part, __global int* restrict sem" if KSPLIT > 1 else ""})
+               __global ${c.T()}* restrict y${",\n               __global float* restrict part, __global int* restrict sem" if KSPLIT > 1 else ""})
 {
     const int tn = get_local_id(0), tm = get_local_id(1);
     const int tid = tm * NDIM + tn;
@@ -416,7 +416,7 @@ ${indent(capture(multiply, "0"), 8)}\
     #pragma unroll
     for (int i = 0; i < MTHD; ++i) {
 % if has_bias:
-        bm[i] = bias[g * KG + min(m0 + (i / VW * MDIM + tm) * VW + i % VW, KG - 1)];
+        bm[i] = ${c.LOAD("bias", "g * KG + min(m0 + (i / VW * MDIM + tm) * VW + i % VW, KG - 1)")};
 % else:
         bm[i] = 0.0f;
 % endif
@@ -431,9 +431,9 @@ ${indent(capture(multiply, "0"), 8)}\
             continue;
 %   endif
 %   if BATCH_FAST:
-        __global float* const yo = y + g * KG * Y_SC + n;
+        __global ${c.T()}* const yo = y + g * KG * Y_SC + n;
 %   else:
-        __global float* const yo = y + n / (P * Q) * Y_SN + g * KG * Y_SC + n % (P * Q);
+        __global ${c.T()}* const yo = y + n / (P * Q) * Y_SN + g * KG * Y_SC + n % (P * Q);
 %   endif
         #pragma unroll
         for (int i = 0; i < MTHD; ++i) {
@@ -444,11 +444,11 @@ ${indent(capture(multiply, "0"), 8)}\
 %   endif
 %   if residual:
             // the residual where y is written: the same offset, the same alignment
-            const floatV s = acc[i][j] + bm[i] + *(__global const floatV*)(res + (yo - y) + m * Y_SC);
+            const floatV s = acc[i][j] + bm[i] + ${c.LOADAT("__global const floatV*", VW, "(res + (yo - y) + m * Y_SC)")};
 %   else:
             const floatV s = acc[i][j] + bm[i];
 %   endif
-            *(__global floatV*)(yo + m * Y_SC) = (floatV)(${", ".join(capture(c.act, attrs["act"], attrs["alpha"], "s" + comp(VW, v)).strip() for v in range(VW))});
+            ${c.STOREAT("__global floatV*", VW, "(yo + m * Y_SC)", "(floatV)(%s)" % ", ".join(capture(c.act, attrs["act"], attrs["alpha"], "s" + comp(VW, v)).strip() for v in range(VW)))};
         }
     }
 % else:
@@ -467,7 +467,7 @@ ${indent(capture(multiply, "0"), 8)}\
 %     else:
                 const int img = n / (P * Q), pq = n % (P * Q);
 %     endif
-                __global float* const yo = y + img * Y_SN + g * KG * Y_SC + pq / Q * Y_SH + pq % Q * Y_SW;
+                __global ${c.T()}* const yo = y + img * Y_SN + g * KG * Y_SC + pq / Q * Y_SH + pq % Q * Y_SW;
                 #pragma unroll
                 for (int i = 0; i < MTHD; ++i) {
                     const int m = m0 + (i / VW * MDIM + tm) * VW + i % VW;
@@ -476,11 +476,11 @@ ${indent(capture(multiply, "0"), 8)}\
                         continue;
 %     endif
 %     if residual:
-                    const float s = acc[i][j]${comp(VW, v)} + bm[i] + res[(yo - y) + m * Y_SC];
+                    const float s = acc[i][j]${comp(VW, v)} + bm[i] + ${c.LOAD("res", "(yo - y) + m * Y_SC")};
 %     else:
                     const float s = acc[i][j]${comp(VW, v)} + bm[i];
 %     endif
-                    yo[m * Y_SC] = ${c.act(attrs["act"], attrs["alpha"], "s")};
+                    ${c.STORE("yo", "m * Y_SC", capture(c.act, attrs["act"], attrs["alpha"], "s"))};
                 }
             }
         }

@@ -45,15 +45,15 @@ ${s.defines()}
 ${c.helpers()}
 
 // Setup (once): wpack[g][k][m] = weight[g*OG + m][k], zero-padded to [G][KP][MP].
-__kernel void ${prefix}_pack(const __global float* restrict wt, __global float* restrict wpack)
+__kernel void ${prefix}_pack(const __global ${c.T()}* restrict wt, __global float* restrict wpack)
 {
     const int m = get_global_id(0), k = get_global_id(1), g = get_global_id(2);
-    wpack[(g * KP + k) * MP + m] = (m < OG && k < KDIM) ? wt[(g * OG + m) * KDIM + k] : 0.0f;
+    wpack[(g * KP + k) * MP + m] = (m < OG && k < KDIM) ? ${c.LOAD("wt", "(g * OG + m) * KDIM + k")} : 0.0f;
 }
 
 // col[g][k][n] for the images img0 .. img0+IMGS-1; every padded entry is written (zeros), so the
 // scratch buffer needs no clearing between layers.
-__kernel void ${prefix}_im2col(const __global float* restrict x, __global float* restrict col,
+__kernel void ${prefix}_im2col(const __global ${c.T()}* restrict x, __global float* restrict col,
                                const int img0)
 {
     const int n = get_global_id(0), k = get_global_id(1), g = get_global_id(2);
@@ -65,7 +65,7 @@ __kernel void ${prefix}_im2col(const __global float* restrict x, __global float*
         const int h = (pq / Q) * SH - PT + (ij / KW) * DH;
         const int w = (pq % Q) * SW - PL + (ij % KW) * DW;
         if ((unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W)
-            v = x[(((img0 + n / PQ) * C + g * CG + k / (KH * KW)) * H + h) * W + w];
+            v = ${c.LOAD("x", "(((img0 + n / PQ) * C + g * CG + k / (KH * KW)) * H + h) * W + w")};
     }
     col[(g * KP + k) * NCP + n] = v;
 }
@@ -74,12 +74,12 @@ __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
 % if KSPLIT == 1:
 void ${prefix}_gemm(const __global float* restrict wpack, const __global float* restrict col,
 % if HAS_BIAS:
-                    const __global float* restrict bias,
+                    const __global ${c.T()}* restrict bias,
 % endif
 % if residual:
-                    const __global float* restrict res,     // the fused add's other input
+                    const __global ${c.T()}* restrict res,     // the fused add's other input
 % endif
-                    __global float* restrict y, const int img0)
+                    __global ${c.T()}* restrict y, const int img0)
 {
     const int g = get_group_id(2);
 ${s.mainloop("wpack + g * KP * MP", "col + g * KP * NCP", "MP", "NCP", "KP")}
@@ -90,8 +90,8 @@ ${s.mainloop("wpack + g * KP * MP", "col + g * KP * NCP", "MP", "NCP", "KP")}
         for (int v = 0; v < VWM; ++v) {
             const int m = ROW(i, v);
             if (m < OG) {
-                const float bm = ${"bias[g * OG + m]" if HAS_BIAS else "0.0f"};
-                __global float* yrow = y + (img0 * OUT + g * OG + m) * PQ;
+                const float bm = ${capture(c.LOAD, "bias", "g * OG + m") if HAS_BIAS else "0.0f"};
+                __global ${c.T()}* yrow = y + (img0 * OUT + g * OG + m) * PQ;
                 #pragma unroll
                 for (int j = 0; j < NVI; ++j) {
                     const int n = COL(j);
@@ -99,11 +99,11 @@ ${s.mainloop("wpack + g * KP * MP", "col + g * KP * NCP", "MP", "NCP", "KP")}
 % if residual:
 %   if VEC_STORE:
                     if (n < NCOLS)
-                        r += *(const __global realN*)(res + (yrow - y) + (n / PQ) * (OUT * PQ) + n % PQ);
+                        r += ${c.LOADAT("const __global realN*", VWN, "(res + (yrow - y) + (n / PQ) * (OUT * PQ) + n % PQ)")};
 %   else:
 %     for w in range(VWN):
                     if (n + ${w} < NCOLS)
-                        r${comp(VWN, w)} += res[(yrow - y) + ((n + ${w}) / PQ) * (OUT * PQ) + (n + ${w}) % PQ];
+                        r${comp(VWN, w)} += ${c.LOAD("res", "(yrow - y) + ((n + %d) / PQ) * (OUT * PQ) + (n + %d) %% PQ" % (w, w))};
 %     endfor
 %   endif
 % endif
@@ -113,11 +113,11 @@ ${s.mainloop("wpack + g * KP * MP", "col + g * KP * NCP", "MP", "NCP", "KP")}
 % if VEC_STORE:
                     // PQ % VWN == 0: a vector never straddles two images and stays aligned
                     if (n < NCOLS)
-                        *(__global realN*)(yrow + (n / PQ) * (OUT * PQ) + n % PQ) = r;
+                        ${c.STOREAT("__global realN*", VWN, "(yrow + (n / PQ) * (OUT * PQ) + n % PQ)", "r")};
 % else:
 % for w in range(VWN):
                     if (n + ${w} < NCOLS)
-                        yrow[((n + ${w}) / PQ) * (OUT * PQ) + (n + ${w}) % PQ] = r${comp(VWN, w)};
+                        ${c.STORE("yrow", "((n + %d) / PQ) * (OUT * PQ) + (n + %d) %% PQ" % (w, w), "r" + comp(VWN, w))};
 % endfor
 % endif
                 }
@@ -136,24 +136,24 @@ ${s.store_packed("scratch + PART0 + (g * KSPLIT + sl) * MP * NCP", "NCP")}
 // y = act(bias + sum of the KSPLIT partial tiles), scattered back to NCHW.
 __kernel void ${prefix}_reduce(const __global float* restrict scratch,
 % if HAS_BIAS:
-                               const __global float* restrict bias,
+                               const __global ${c.T()}* restrict bias,
 % endif
 % if residual:
-                               const __global float* restrict res,     // the fused add's other input
+                               const __global ${c.T()}* restrict res,     // the fused add's other input
 % endif
-                               __global float* restrict y, const int img0)
+                               __global ${c.T()}* restrict y, const int img0)
 {
     const int n = get_global_id(0), m = get_global_id(1), g = get_global_id(2);
     if (n >= NCOLS)
         return;
     const __global float* part = scratch + PART0 + (g * KSPLIT * MP + m) * NCP + n;
-    float r = ${"bias[g * OG + m]" if HAS_BIAS else "0.0f"};
+    float r = ${capture(c.LOAD, "bias", "g * OG + m") if HAS_BIAS else "0.0f"};
     #pragma unroll
     for (int sl = 0; sl < KSPLIT; ++sl)
         r += part[sl * MP * NCP];
 % if residual:
-    r += res[((img0 + n / PQ) * OUT + g * OG + m) * PQ + n % PQ];
+    r += ${c.LOAD("res", "((img0 + n / PQ) * OUT + g * OG + m) * PQ + n % PQ")};
 % endif
-    y[((img0 + n / PQ) * OUT + g * OG + m) * PQ + n % PQ] = ${act("r")};
+    ${c.STORE("y", "((img0 + n / PQ) * OUT + g * OG + m) * PQ + n % PQ", act("r"))};
 }
 % endif

@@ -49,7 +49,7 @@ from aotconv.variants.kernel_text import comp, indent, plus, vtype
 ${c.helpers()}
 // Weights [K][C/G][R][S] -> [G][KB][C/G][R][S][KT], zero past the last channel (run once).
 __kernel __attribute__((reqd_work_group_size(64, 1, 1)))
-void ${prefix}_pack(__global const float* restrict w, __global float* restrict wp)
+void ${prefix}_pack(__global const ${c.T()}* restrict w, __global float* restrict wp)
 {
     const int i = get_global_id(0);
     if (i >= G * KB * CG * R * S * KT)
@@ -57,7 +57,7 @@ void ${prefix}_pack(__global const float* restrict w, __global float* restrict w
     const int kt = i % KT, rs = i / KT % (R * S), c = i / (KT * R * S) % CG;
     const int kb = i / (KT * R * S * CG) % KB, g = i / (KT * R * S * CG * KB);
     const int k = kb * KT + kt;
-    wp[i] = k < KG ? w[((g * KG + k) * CG + c) * (R * S) + rs] : 0.0f;
+    wp[i] = k < KG ? ${c.LOAD("w", "((g * KG + k) * CG + c) * (R * S) + rs")} : 0.0f;
 }
 <%def name="filter_row(r, guarded)">\
 ## r: the filter row, an int (unrolled) or the loop variable "r"; the input columns this
@@ -71,16 +71,16 @@ if ((uint)(${plus('ih0', r, DH)}) < (uint)H) {
 <% i = 0 %>\
 % while i < SPAN:
 %   if i in VEC_AT:
-    const ${vtype(VW)} v${i} = vload${VW}(0, x + xr + ${i});
+    const ${vtype(VW)} v${i} = ${c.LOADV(VW, "x + xr + %d" % i, 0)};
 %     for v in range(VW):
     const float x${i + v} = v${i}${comp(VW, v)};
 %     endfor
 <% i += VW %>\
 %   else:
 %     if i in GUARD_COL and GUARD_COL[i]:
-    const float x${i} = (uint)(iw0 + ${i}) < (uint)W ? x[xr + ${i}] : 0.0f;
+    const float x${i} = (uint)(iw0 + ${i}) < (uint)W ? ${c.LOAD("x", "xr + %d" % i)} : 0.0f;
 %     elif i in GUARD_COL:
-    const float x${i} = x[xr + ${i}];
+    const float x${i} = ${c.LOAD("x", "xr + %d" % i)};
 %     endif
 <% i += 1 %>\
 %   endif
@@ -99,14 +99,14 @@ if ((uint)(${plus('ih0', r, DH)}) < (uint)H) {
 </%def>\
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const float* restrict x, ${wmem} const float* ${"" if WCONST else "restrict "}wp,
+void ${prefix}(__global const ${c.T()}* restrict x, ${wmem} const float* ${"" if WCONST else "restrict "}wp,
 % if has_bias:
-               __global const float* restrict bias,
+               __global const ${c.T()}* restrict bias,
 % endif
 % if residual:
-               __global const float* restrict res,     // the fused add's other input
+               __global const ${c.T()}* restrict res,     // the fused add's other input
 % endif
-               __global float* restrict y)
+               __global ${c.T()}* restrict y)
 {
     const int gid = get_global_id(0);
     if (gid >= ITEMS)
@@ -151,29 +151,29 @@ ${indent(capture(filter_row, "r", any(GUARD_ROW)), 12)}\
 %   else:
         {
 %   endif
-            __global float* const yr = y + ((img * K + g * KG + k) * P + p) * Q + q0;
+            __global ${c.T()}* const yr = y + ((img * K + g * KG + k) * P + p) * Q + q0;
 %   if residual:
-            __global const float* const rr = res + ((img * K + g * KG + k) * P + p) * Q + q0;
+            __global const ${c.T()}* const rr = res + ((img * K + g * KG + k) * P + p) * Q + q0;
 %     for qq in range(QT):
-            const float s${qq} = ${c.act(act, alpha, "acc[%d][%d]%s + %s" % (kt, qq, " + bias[g * KG + k]" if has_bias else "", "(q0 + %d < Q ? rr[%d] : 0.0f)" % (qq, qq) if QCHK else "rr[%d]" % qq))};
+            const float s${qq} = ${c.act(act, alpha, "acc[%d][%d]%s + %s" % (kt, qq, " + " + capture(c.LOAD, "bias", "g * KG + k") if has_bias else "", "(q0 + %d < Q ? %s : 0.0f)" % (qq, capture(c.LOAD, "rr", qq)) if QCHK else capture(c.LOAD, "rr", qq)))};
 %     endfor
 %   else:
 %   for qq in range(QT):
-            const float s${qq} = ${c.act(act, alpha, "acc[%d][%d]%s" % (kt, qq, " + bias[g * KG + k]" if has_bias else ""))};
+            const float s${qq} = ${c.act(act, alpha, "acc[%d][%d]%s" % (kt, qq, " + " + capture(c.LOAD, "bias", "g * KG + k") if has_bias else ""))};
 %   endfor
 %   endif
 %   if QCHK:
 %     for qq in range(QT):
             if (q0 + ${qq} < Q)
-                yr[${qq}] = s${qq};
+                ${c.STORE("yr", qq, "s%d" % qq)};
 %     endfor
 %   elif VW > 1:
 %     for q in range(0, QT, VW):
-            vstore${VW}((float${VW})(${", ".join("s%d" % (q + v) for v in range(VW))}), 0, yr + ${q});
+            ${c.STOREV(VW, "yr + %d" % q, 0, "(float%d)(%s)" % (VW, ", ".join("s%d" % (q + v) for v in range(VW))))};
 %     endfor
 %   else:
 %     for qq in range(QT):
-            yr[${qq}] = s${qq};
+            ${c.STORE("yr", qq, "s%d" % qq)};
 %     endfor
 %   endif
         }

@@ -34,13 +34,13 @@ ${s.defines()}
 ${c.helpers()}
 
 // Setup (once): U[xi][nu][c][k] = (G g G^T)[xi][nu], g = weight[k][c], zero-padded to [A*A][CP][KP].
-__kernel void ${prefix}_filter(const __global float* restrict wt, __global float* restrict u)
+__kernel void ${prefix}_filter(const __global ${c.T()}* restrict wt, __global float* restrict u)
 {
     const int k = get_global_id(0), c = get_global_id(1);
     const int ok = k < OUT && c < C;
-    const __global float* gk = wt + (ok ? (k * C + c) * 9 : 0);
+    const __global ${c.T()}* gk = wt + (ok ? (k * C + c) * 9 : 0);
 % for i in range(3):
-    const float ${", ".join(f"g{i}{j} = ok ? gk[{3 * i + j}] : 0.0f" for j in range(3))};
+    const float ${", ".join("g%d%d = ok ? %s : 0.0f" % (i, j, capture(c.LOAD, "gk", 3 * i + j)) for j in range(3))};
 % endfor
 % for lhs, rhs in filt_mid:
     const float ${lhs} = ${rhs};
@@ -52,7 +52,7 @@ __kernel void ${prefix}_filter(const __global float* restrict wt, __global float
 
 // V[xi][nu][c][t] = (B^T d B)[xi][nu] for the A x A input patch d of tile t, channel c;
 // padded tiles and channels are written as zeros.
-__kernel void ${prefix}_input(const __global float* restrict x, __global float* restrict v)
+__kernel void ${prefix}_input(const __global ${c.T()}* restrict x, __global float* restrict v)
 {
     const int t = get_global_id(0), c = get_global_id(1);
     if (t >= TP)
@@ -60,7 +60,7 @@ __kernel void ${prefix}_input(const __global float* restrict x, __global float* 
     const int ok = t < T && c < C;
     const int b = t / (TH * TW), ty = (t / TW) % TH, tx = t % TW;
     const int h0 = ty * M - PT, w0 = tx * M - PL;
-    const __global float* xc = x + (b * C + (ok ? c : 0)) * H * W;
+    const __global ${c.T()}* xc = x + (b * C + (ok ? c : 0)) * H * W;
     float d[A][A];
     #pragma unroll
     for (int i = 0; i < A; ++i) {
@@ -68,7 +68,7 @@ __kernel void ${prefix}_input(const __global float* restrict x, __global float* 
         for (int j = 0; j < A; ++j) {
             const int h = h0 + i, w = w0 + j;
             d[i][j] = (ok && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W)
-                      ? xc[h * W + w] : 0.0f;
+                      ? ${c.LOAD("xc", "h * W + w")} : 0.0f;
         }
     }
 % for i in range(A):
@@ -94,9 +94,9 @@ ${s.store_packed("scratch + MO0 + z * KP * TP", "TP")}
 // y tile = act(A^T Mo A + bias), cropped to the P x Q output.
 __kernel void ${prefix}_output(const __global float* restrict scratch,
 % if HAS_BIAS:
-                               const __global float* restrict bias,
+                               const __global ${c.T()}* restrict bias,
 % endif
-                               __global float* restrict y)
+                               __global ${c.T()}* restrict y)
 {
     const int t = get_global_id(0), k = get_global_id(1);
     if (t >= T)
@@ -108,9 +108,9 @@ __kernel void ${prefix}_output(const __global float* restrict scratch,
 % for lhs, rhs in out_mid:
     const float ${lhs} = ${rhs};
 % endfor
-    const float bk = ${"bias[k]" if HAS_BIAS else "0.0f"};
+    const float bk = ${capture(c.LOAD, "bias", "k") if HAS_BIAS else "0.0f"};
     const int b = t / (TH * TW), ty = (t / TW) % TH, tx = t % TW;
-    __global float* yt = y + ((b * OUT + k) * P + ty * M) * Q + tx * M;
+    __global ${c.T()}* yt = y + ((b * OUT + k) * P + ty * M) * Q + tx * M;
 % for lhs, rhs in out_out:
 <%
     i, j = int(lhs[1]), int(lhs[2])
@@ -118,9 +118,9 @@ __kernel void ${prefix}_output(const __global float* restrict scratch,
 %>\
 % if cond:
     if (${cond})
-        yt[${i} * Q + ${j}] = ${act(f"({rhs} + bk)")};
+        ${c.STORE("yt", "%d * Q + %d" % (i, j), act(f"({rhs} + bk)"))};
 % else:
-    yt[${i} * Q + ${j}] = ${act(f"({rhs} + bk)")};
+    ${c.STORE("yt", "%d * Q + %d" % (i, j), act(f"({rhs} + bk)"))};
 % endif
 % endfor
 }

@@ -29,12 +29,12 @@ ${c.helpers()}
 // ${what}: dst[k][r] = src[r][k], zero-padded to [KP][${rp}] (a local-memory tile transpose,
 // so both the reads and the writes are coalesced).
 __kernel __attribute__((reqd_work_group_size(TT, TT, 1)))
-void ${name}(const __global float* restrict src, __global float* restrict dst)
+void ${name}(const __global ${c.T()}* restrict src, __global float* restrict dst)
 {
     __local float tile[TT][TT + 1];
     const int lx = get_local_id(0), ly = get_local_id(1);
     const int k0 = get_group_id(0) * TT, r0 = get_group_id(1) * TT;
-    tile[ly][lx] = (r0 + ly < ${rows} && k0 + lx < K) ? src[(r0 + ly) * K + k0 + lx] : 0.0f;
+    tile[ly][lx] = (r0 + ly < ${rows} && k0 + lx < K) ? ${c.LOAD("src", "(r0 + ly) * K + k0 + lx")} : 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (k0 + ly < KP)
         dst[(k0 + ly) * ${rp} + r0 + lx] = tile[lx][ly];
@@ -47,9 +47,9 @@ __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
 % if KSPLIT == 1:
 void ${prefix}_gemm(const __global float* restrict xpack, const __global float* restrict wpack,
 % if HAS_BIAS:
-                    const __global float* restrict bias,
+                    const __global ${c.T()}* restrict bias,
 % endif
-                    __global float* restrict y)
+                    __global ${c.T()}* restrict y)
 {
 ${s.mainloop("xpack", "wpack", "MP", "NP", "KP")}
     // ---- epilogue: bias (per column), act, store rows b < N, columns o < OUT ----
@@ -59,7 +59,7 @@ ${s.mainloop("xpack", "wpack", "MP", "NP", "KP")}
 % if HAS_BIAS:
         realN bj;
 % for w in range(VWN):
-        bj${comp(VWN, w)} = bias[min(o + ${w}, OUT - 1)];
+        bj${comp(VWN, w)} = ${c.LOAD("bias", "min(o + %d, OUT - 1)" % w)};
 % endfor
 % endif
         #pragma unroll
@@ -74,11 +74,11 @@ ${s.mainloop("xpack", "wpack", "MP", "NP", "KP")}
                 if (b < N) {
 % if VEC_STORE:
                     if (o < OUT)                     // OUT % VWN == 0: whole, aligned vectors
-                        *(__global realN*)(y + b * OUT + o) = r;
+                        ${c.STOREAT("__global realN*", VWN, "(y + b * OUT + o)", "r")};
 % else:
 % for w in range(VWN):
                     if (o + ${w} < OUT)
-                        y[b * OUT + o + ${w}] = r${comp(VWN, w)};
+                        ${c.STORE("y", "b * OUT + o + %d" % w, "r" + comp(VWN, w))};
 % endfor
 % endif
                 }
@@ -97,17 +97,17 @@ ${s.store_packed("scratch + PART0 + sl * MP * NP", "NP")}
 // y = act(bias + sum of the KSPLIT partial tiles)
 __kernel void ${prefix}_reduce(const __global float* restrict scratch,
 % if HAS_BIAS:
-                               const __global float* restrict bias,
+                               const __global ${c.T()}* restrict bias,
 % endif
-                               __global float* restrict y)
+                               __global ${c.T()}* restrict y)
 {
     const int o = get_global_id(0), b = get_global_id(1);
     if (o >= OUT)
         return;
-    float r = ${"bias[o]" if HAS_BIAS else "0.0f"};
+    float r = ${capture(c.LOAD, "bias", "o") if HAS_BIAS else "0.0f"};
     #pragma unroll
     for (int sl = 0; sl < KSPLIT; ++sl)
         r += scratch[PART0 + (sl * MP + b) * NP + o];
-    y[b * OUT + o] = ${act("r")};
+    ${c.STORE("y", "b * OUT + o", act("r"))};
 }
 % endif

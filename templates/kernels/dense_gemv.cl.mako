@@ -21,12 +21,12 @@ typedef ${realV} realV;
 ${c.helpers()}
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}_gemv(const __global realV* restrict x, const __global realV* restrict wt,
+void ${prefix}_gemv(const __global ${c.TV("realV")}* restrict x, const __global ${c.TV("realV")}* restrict wt,
 % if KSPLIT == 1:
 % if HAS_BIAS:
-                    const __global float* restrict bias,
+                    const __global ${c.T()}* restrict bias,
 % endif
-                    __global float* restrict y)
+                    __global ${c.T()}* restrict y)
 % else:
                     __global float* restrict part)
 % endif
@@ -36,10 +36,10 @@ void ${prefix}_gemv(const __global realV* restrict x, const __global realV* rest
     const int kbeg = get_group_id(1) * KS;
     const int kend = min(kbeg + KS, KV);
     // rows past OUT (in the last work-group) re-read row OUT-1 and are never stored
-    const __global realV* wrow[R];
+    const __global ${c.TV("realV")}* wrow[R];
     #pragma unroll
     for (int r = 0; r < R; ++r)
-        wrow[r] = wt + min(row0 + r, OUT - 1) * KV;
+        wrow[r] = wt + min(row0 + r, OUT - 1) * ${"K" if storage == "fp16" else "KV"};
     float acc[R][N];
     #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -55,10 +55,10 @@ void ${prefix}_gemv(const __global realV* restrict x, const __global realV* rest
         for (int u = 0; u < U; ++u) {
             #pragma unroll
             for (int r = 0; r < R; ++r)
-                wv[u][r] = wrow[r][k + u * WG];
+                wv[u][r] = ${c.LOADVEC(VW, "wrow[r]", "k + u * WG")};
             #pragma unroll
             for (int b = 0; b < N; ++b)
-                xv[u][b] = x[b * KV + k + u * WG];
+                xv[u][b] = ${c.LOADVEC(VW, "x", "b * KV + k + u * WG")};
         }
         #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -74,10 +74,10 @@ void ${prefix}_gemv(const __global realV* restrict x, const __global realV* rest
     for (; k < kend; k += WG) {                      // tail: fewer than U vectors left
         #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const realV wv = wrow[r][k];
+            const realV wv = ${c.LOADVEC(VW, "wrow[r]", "k")};
             #pragma unroll
             for (int b = 0; b < N; ++b)
-                acc[r][b] += dot(wv, x[b * KV + k]);
+                acc[r][b] += dot(wv, ${c.LOADVEC(VW, "x", "b * KV + k")});
         }
     }
 % endif
@@ -103,8 +103,8 @@ void ${prefix}_gemv(const __global realV* restrict x, const __global realV* rest
         const int o = row0 + lid / N, b = lid % N;
         if (o < OUT) {
 % if KSPLIT == 1:
-            const float r = red[lid][0]${" + bias[o]" if HAS_BIAS else ""};
-            y[b * OUT + o] = ${act("r")};
+            const float r = red[lid][0]${" + " + capture(c.LOAD, "bias", "o") if HAS_BIAS else ""};
+            ${c.STORE("y", "b * OUT + o", act("r"))};
 % else:
             part[(get_group_id(1) * N + b) * OUT + o] = red[lid][0];
 % endif
@@ -116,17 +116,17 @@ void ${prefix}_gemv(const __global realV* restrict x, const __global realV* rest
 // y = act(bias + sum of the KSPLIT partial sums)
 __kernel void ${prefix}_reduce(const __global float* restrict part,
 % if HAS_BIAS:
-                               const __global float* restrict bias,
+                               const __global ${c.T()}* restrict bias,
 % endif
-                               __global float* restrict y)
+                               __global ${c.T()}* restrict y)
 {
     const int o = get_global_id(0), b = get_global_id(1);
     if (o >= OUT)
         return;
-    float r = ${"bias[o]" if HAS_BIAS else "0.0f"};
+    float r = ${capture(c.LOAD, "bias", "o") if HAS_BIAS else "0.0f"};
     #pragma unroll
     for (int s = 0; s < KSPLIT; ++s)
         r += part[(s * N + b) * OUT + o];
-    y[b * OUT + o] = ${act("r")};
+    ${c.STORE("y", "b * OUT + o", act("r"))};
 }
 % endif
