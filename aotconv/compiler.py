@@ -252,14 +252,15 @@ def _time_for(ctx, net, only, quiet):
     if not isinstance(clock, Clock) or not ctx.tuning:
         return True
     layers = [l for l in net.layers if l.name in only]
-    k = len(unique_layers(layers))
-    if clock.affords(k):
+    unique = [g[0] for g in unique_layers(layers)]
+    if clock.affords(unique):
         return True
-    what = sorted({l.op for l in layers})
+    k, what = len(unique), sorted({l.op for l in layers})
     log(f"aotconv: budget {clock.budget}: no time left to measure {k} "
         f"{'/'.join(what)} layer{'s' if k != 1 else ''} after the network's search (about "
-        f"{clock.follow_up_min(k):.0f} s; {max(0.0, clock.left() - clock.final_reserve):.0f} s "
-        f"left before the library's build): not measured", quiet)
+        f"{clock.follow_up_min(unique):.0f} s; "
+        f"{max(0.0, clock.left() - clock.final_reserve):.0f} s left before the library's "
+        f"build): not measured", quiet)
     return False
 
 

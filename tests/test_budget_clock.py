@@ -13,6 +13,7 @@ reserve as one compile per unique layer (the joined program is one build of ever
 kernel, and the library runs the network six times): ResNet-50 b1 --budget 90s took 141 s on
 an H100 without a warning, and on PoCL --budget 3m took 392 s after a warning of 200 s.
 """
+import re
 import time
 
 import pytest
@@ -100,14 +101,14 @@ def test_one_clock_for_every_search_of_a_build(tmp_path, monkeypatch):
     """The network's search leaves the later searches and the library their reserves, and
     the later searches (fusion) draw on the same clock instead of a budget of their own."""
     monkeypatch.setattr(search, "FINAL_BASE_S", 0.3)
-    monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.1)
+    flat_latency(monkeypatch, 0.1)
     clock = Clock.make("3s", POCL)
     m = Slow(0.1, build=0.2)
     store = Store(write=[tmp_path / "r.jsonl"])
     tune_network(groups_of(ELTWISE), POCL, m, store, None, budget=clock, strategy="random")
     reserve = clock.final_reserve
     assert len(clock.sources) == 3              # the three kernels' sources, as chosen
-    size = sum(b for b, _ in clock.sources.values())
+    size = sum(b for b, _, _ in clock.sources.values())
     assert reserve == pytest.approx(search.FINAL_BASE_S + size * clock.byte_s()
                                     + search.LIBRARY_RUNS * clock.run_s())
     assert clock.follow_up > 0
@@ -131,7 +132,7 @@ def test_a_budget_given_as_text_starts_its_own_clock(tmp_path):
 
 def test_the_build_says_before_it_starts_when_the_minimum_cannot_fit(tmp_path):
     p = Warnings()
-    clock = Clock.make("1s", POCL)              # 6 layers at 2 s each cannot fit
+    clock = Clock.make("1s", POCL)              # 6 layers at 0.7 s each and more cannot fit
     layers = [CONV, {"name": "p", "op": "maxpool", "kernel": 2}] + ELTWISE + [
         {"name": "q", "op": "avgpool", "kernel": 2}]
     search.tune_network(groups_of(layers), POCL, Slow(0.01), Store(write=[tmp_path / "r"]),
@@ -139,8 +140,8 @@ def test_the_build_says_before_it_starts_when_the_minimum_cannot_fit(tmp_path):
     assert len(p.warnings) == 1
     assert p.warnings[0].startswith("budget 1 s: this build needs about")
     # 6, and the conv the pool after it may be fused into (the avgpool reads no conv)
-    assert "7 layers still to measure once at about 2.0 s each (expected), 1 at a time" \
-        in p.warnings[0]
+    assert re.search(r"7 layers still to measure once, 1 at a time, about \d+ s, expected "
+                     r"from their FLOPs", p.warnings[0])
 
 
 def test_trial_budgets_and_the_default_have_no_clock():
@@ -200,6 +201,12 @@ class Lagged(MeasurerBase):
         return out
 
 
+def flat_latency(monkeypatch, seconds):
+    """Every layer's first measurement expected to take `seconds`, whatever its FLOPs."""
+    monkeypatch.setitem(search.LATENCY_BASE, "cpu", seconds)
+    monkeypatch.setitem(search.LATENCY_PER_GFLOP, "cpu", 0.0)
+
+
 _SPACES = {}
 
 
@@ -221,12 +228,31 @@ class Timed(Warnings):
         self.at = getattr(self, "at", []) + [time.monotonic()]
 
 
+def test_a_layers_latency_is_expected_from_its_flops_then_learnt():
+    big, small = groups_of([{"name": "c", "op": "conv", "out": 64, "kernel": 3, "pad": 1},
+                            {"name": "r", "op": "relu"}])
+    from aotconv.ops import flops
+    clock = Clock.make("60s", POCL)
+    for g in (big, small):
+        assert clock.prior(g[0]) == pytest.approx(
+            search.LATENCY_BASE["cpu"] + search.LATENCY_PER_GFLOP["cpu"] * flops(g[0]) / 1e9)
+    assert clock.latency(big[0]) > clock.latency(small[0])
+    # three layers took twice, twice and five times what was expected: the median, twice
+    for layer, k in ((big[0], 2.0), (small[0], 2.0), (small[0], 5.0)):
+        clock.measured(layer, k * clock.prior(layer))
+    assert clock.scale() == pytest.approx(2.0)
+    assert clock.latency(big[0]) == pytest.approx(2 * clock.prior(big[0]))
+
+
 def test_the_floor_counts_one_measurement_per_layer_over_the_lanes(monkeypatch):
     monkeypatch.setattr(search, "FINAL_BASE_S", 2.0)
+    flat_latency(monkeypatch, 1.0)
+    layer = groups_of([{"name": "r", "op": "relu"}])[0][0]
+    layers, convs = [layer] * 20, [layer] * 2
+    took = [(3.0, 1.0), (2.5, 1.0), (9.0, 1.0)]  # three layers' first measurements: 3x
     clock = Clock.make("60s", POCL)
-    clock.latencies = [3.0, 2.5, 9.0]           # three layers' first measurements: 3 s
-    clock.builds = [0.5]
-    clock.begin(20, fusable=(2, 300), progress=Warnings(), kernels=26, lanes=4,
+    clock.latencies, clock.builds = list(took), [0.5]
+    clock.begin(layers, fusable=(convs, 300), progress=Warnings(), kernels=26, lanes=4,
                 spaces=(6.0, 3000))             # 3000 points in 6 s: 2 ms a point
     # 26 kernels of the default size, at this run's compile speed (0.5 s against 0.35 s)
     reserve = 2.0 + 26 * search.KERNEL_BYTES * search.LIBRARY_S_PER_BYTE["cpu"] * (
@@ -234,18 +260,19 @@ def test_the_floor_counts_one_measurement_per_layer_over_the_lanes(monkeypatch):
     assert clock.final_reserve == pytest.approx(reserve)
     fusion = 2 * 150 * 0.002 + 2 * 3.0 / 4      # 2 convs of 150 points, a measurement each
     assert clock.follow_up_min() == pytest.approx(fusion)
-    assert clock.floor(20) == pytest.approx(clock.elapsed() + 20 * 3.0 / 4 + fusion + reserve,
-                                            abs=0.05)
-    assert not clock.warned                     # about 33 s of a 60 s budget
+    assert clock.floor(layers) == pytest.approx(
+        clock.elapsed() + 20 * 3.0 / 4 + fusion + reserve, abs=0.05)
+    assert not clock.warned                     # about 35 s of a 60 s budget
     # one lane: the same layers take four times as long, past 66 s
     one = Clock.make("60s", POCL)
-    one.latencies, one.builds, p = [3.0, 2.5, 9.0], [0.5], Warnings()
-    one.begin(20, fusable=(2, 300), progress=p, kernels=26, lanes=1, spaces=(6.0, 3000))
-    assert one.floor(20) > 66 and len(p.warnings) == 1
+    one.latencies, one.builds, p = list(took), [0.5], Warnings()
+    one.begin(layers, fusable=(convs, 300), progress=p, kernels=26, lanes=1,
+              spaces=(6.0, 3000))
+    assert one.floor(layers) > 66 and len(p.warnings) == 1
     need = int(p.warnings[0].split("needs about ")[1].split()[0])
-    assert need == pytest.approx(one.floor(20), abs=1)
-    assert "22 layers still to measure once at about 3.0 s each (3 measured so far), 1 at a " \
-           "time" in p.warnings[0]
+    assert need == pytest.approx(one.floor(layers), abs=1)
+    assert "22 layers still to measure once, 1 at a time, about 67 s, 3.0x what their FLOPs " \
+           "suggest, as the 3 measured so far took" in p.warnings[0]
 
 
 def test_the_warning_comes_before_anything_is_measured(tmp_path):
@@ -261,7 +288,7 @@ def test_the_warning_comes_before_anything_is_measured(tmp_path):
 def test_layers_slower_than_expected_warn_as_soon_as_they_show_it(tmp_path, monkeypatch):
     """A floor that fits with the default latency warns once the first layers measured show
     that each takes 0.4 s: before the layers after them, not after the build."""
-    monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.05)
+    flat_latency(monkeypatch, 0.05)
     monkeypatch.setitem(search.LIBRARY_S_PER_BYTE, "cpu", 5e-5)     # 0.05 s a kernel
     monkeypatch.setattr(search, "FINAL_BASE_S", 0.1)
     p = Timed()
@@ -281,7 +308,7 @@ def test_layers_slower_than_expected_warn_as_soon_as_they_show_it(tmp_path, monk
 def test_one_heavy_layer_is_no_alarm(tmp_path, monkeypatch):
     """The first layer's measurement takes 1 s (a big conv, and the measuring processes'
     start), the others 0.05 s: the build fits its budget, and says nothing."""
-    monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.05)
+    flat_latency(monkeypatch, 0.05)
     monkeypatch.setitem(search.LIBRARY_S_PER_BYTE, "cpu", 5e-5)
     monkeypatch.setattr(search, "FINAL_BASE_S", 0.1)
     p = Timed()
@@ -301,7 +328,7 @@ def test_each_layer_leaves_one_measurement_to_every_layer_after_it(tmp_path, mon
     layers after it, each owing one measurement (0.3 s here), ran past the clock."""
     monkeypatch.setattr(search, "FINAL_BASE_S", 0.0)
     monkeypatch.setitem(search.LIBRARY_S_PER_BYTE, "cpu", 0.0)       # no library to keep
-    monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.3)
+    flat_latency(monkeypatch, 0.3)
     monkeypatch.setitem(search.PACE_DEFAULT, "cpu", 0.1)            # a candidate in a batch
     small = ["a0", "a1", "a2", "e"]
     m = Lagged({n: 0.3 for n in small}, per=0.1, build=0.0)        # the dense: 0.1 s each
@@ -340,7 +367,7 @@ def test_the_library_reserve_counts_the_chosen_kernels_source_and_the_network_ru
     speed, and the library's runs at the layers' measured times. Before, a unique layer cost
     one candidate's whole compile (its fixed cost included) and the runs nothing."""
     from aotconv.variants import BY_NAME
-    monkeypatch.setitem(search.LATENCY_DEFAULT, "cpu", 0.01)
+    flat_latency(monkeypatch, 0.01)
     layers = [{"name": f"r{i}", "op": "relu"} for i in range(3)] + [
         {"name": "t", "op": "tanh"}]
     groups = groups_of(layers)
@@ -352,8 +379,8 @@ def test_the_library_reserve_counts_the_chosen_kernels_source_and_the_network_ru
     for g in groups:
         best = res[g[0].signature_str()].best
         size[g[0].name] = len(BY_NAME[best.variant].render(g[0], best.cfg, "k"))
-    assert clock.sources == {groups[0][0].signature_str(): (size["r0"], 3),
-                             groups[1][0].signature_str(): (size["t"], 1)}
+    assert {sig: (b, k) for sig, (b, _, k) in clock.sources.items()} == {
+        groups[0][0].signature_str(): (size["r0"], 3), groups[1][0].signature_str(): (size["t"], 1)}
     assert clock.byte_s() == pytest.approx(2 * search.LIBRARY_S_PER_BYTE["cpu"])  # 0.7 s: 2x
     assert clock.run_s() == pytest.approx(4 * 0.020)
     assert clock.final_reserve == pytest.approx(
@@ -366,15 +393,46 @@ def test_the_library_reserve_counts_the_chosen_kernels_source_and_the_network_ru
         search.FINAL_BASE_S + 10 * search.KERNEL_BYTES * search.LIBRARY_S_PER_BYTE["cpu"])
 
 
-def test_a_later_search_is_left_out_when_the_budget_has_no_room(capsys):
+def test_a_search_times_what_each_candidate_took_beyond_its_compile_and_runs(tmp_path):
+    """The measurer compiles a batch, then runs it one by one: the time between outcomes is
+    a candidate's run (less its repeats), the batch's compile counted to its first."""
+    g = groups_of([{"name": "r", "op": "relu"}])[0]
+    from aotconv.space import layer_space
+    r = search.tune_layer(layer_space(g[0], POCL), POCL, Lagged(0.0, per=0.2, build=0.05),
+                          Store(write=[tmp_path / "r"]), None, strategy="random", trials=3)
+    took = [r.runner_s[c] for c in r.outcomes if c in r.runner_s]
+    assert len(took) == 2                       # not the first: it made the layer's data
+    assert all(0.1 < t < 0.3 for t in took), took
+
+
+def test_a_kernel_whose_run_made_much_native_code_counts_that(monkeypatch):
+    """PoCL made 2 s of native code for a tuned conv of 10 kB: its measurement showed it, and
+    the library makes it twice more (its binary, its first launch)."""
+    g = groups_of([{"name": "r", "op": "relu"}])[0]
+    from aotconv.space import layer_space
+    sp = layer_space(g[0], POCL)
+    fb = search.fallback_candidate(g[0], POCL, sp)
+    ok = Outcome(Status.OK, time_ms=1.0, times=(1.0,), build_s=0.3)
+    clock = Clock.make("60s", POCL)
+    clock.begin([g[0]], kernels=1)
+    size = search.source_bytes(search.LayerResult(g, sp, fb, ok, {fb: ok}, fb))
+    for runner, cost in ((3.0, 2 * (3.0 - search.RUNNER_OVERHEAD_S)),       # its native code
+                         (0.2, size * clock.byte_s())):                    # its source says more
+        clock.sources = {}
+        clock.layer_done(search.LayerResult(g, sp, fb, ok, {fb: ok}, fb, runner_s={fb: runner}))
+        assert clock.final_reserve == pytest.approx(
+            search.FINAL_BASE_S + cost + search.LIBRARY_RUNS * 1e-3)
+
+
+def test_a_later_search_is_left_out_when_the_budget_has_no_room(capsys, monkeypatch):
     """After the network's search, a fusion or conversion search that cannot measure each of
     its layers once before the library's reserve measures nothing, and the build says so."""
     from aotconv import compiler
     from aotconv.context import BuildContext
     net = network_from_dict({"name": "n", "input": [1, 8, 16, 16], "layers": [
         CONV, {"name": "p", "op": "maxpool", "kernel": 2}]})
+    flat_latency(monkeypatch, 2.0)
     clock = Clock.make("100s", POCL)
-    clock.latencies = [2.0]
     ctx = BuildContext.make("pocl-cpu", mode="tune", budget=clock, measurer=Lagged(0.0))
     if not ctx.tuning:
         pytest.skip("PoCL is not present")

@@ -77,15 +77,25 @@ LANES_ENV = "AOTCONV_LANES"     # how many layers are searched at once (default:
 FINAL_BASE_S = 3.0
 LIBRARY_S_PER_BYTE = {"cpu": 1.5e-4, "gpu": 2.5e-5}
 KERNEL_BYTES = 4000             # a kernel's source before a layer's choice is known
+# But code size says little of what native code costs: PoCL made 2-4 s of it for a tuned conv
+# of 10 kB and 0.2 s for a fallback of 6 kB. Its runner made that code when it first launched
+# the chosen kernel: what that took beyond the compile and the timed runs, less
+# RUNNER_OVERHEAD_S (its load and warm-up), is native code the library makes RUNNER_SHARE
+# times again (its binary, its first launch), counted where it is more than the source says.
+# NVIDIA: the driver compiles the runner's PTX at load, not measured apart yet: the source only
+RUNNER_SHARE = {"cpu": 2.0, "gpu": 0.0}
+RUNNER_OVERHEAD_S = 0.5
 BUILD_REF = {"cpu": 0.35, "gpu": 0.4}           # a candidate's compile where those were measured
 LIBRARY_RUNS = 6                # compiler.measure_library: one run, then five profiled
-# wall seconds of a layer's first measurement before this run has made one: its random data
-# and float64 reference, one compile, the verifying, warm-up and timed runs, one after another
-# (PoCL on two busy cores: 1-2 s a mobilenet_v2 layer, 2-8 s a resnet50 conv, whose fallback
-# runs 0.1-0.3 s; NVIDIA: a compile of 0.3-1 s, the reference on the host and enough buffer
-# copies to spill the L2 twice; not yet measured layer by layer on the H100). The build learns
-# the real figure from its first layers (Clock.latency) and warns then if it was too low.
-LATENCY_DEFAULT = {"cpu": 2.0, "gpu": 2.0}
+# wall seconds of a layer's first measurement, expected (Clock.prior): its random data and
+# float64 reference, one compile, the verifying, warm-up and timed runs of its fallback, one
+# after another: LATENCY_BASE plus LATENCY_PER_GFLOP a GFLOP of the layer. PoCL on two busy
+# cores (resnet50 and mobilenet_v2, every layer measuring its fallback): 0.4-1.1 s and 9-36 s a
+# GFLOP, the fallbacks running at about 1 GFLOP/s some ten times; NVIDIA: a compile of 0.3-1 s
+# and the reference on the host (not yet measured layer by layer on the H100). The build then
+# scales the expectation by what its own layers took (Clock.scale), and warns if need be.
+LATENCY_BASE = {"cpu": 0.7, "gpu": 1.0}
+LATENCY_PER_GFLOP = {"cpu": 18.0, "gpu": 0.5}
 LATE_SAMPLES = 3                # layers measured before their latency may warn of the floor
 
 
@@ -138,8 +148,8 @@ class Clock:
     """A time budget for a whole build, started once and drawn on by every search of it.
 
     `end` is start + the budget. What the build owes whatever the budget (its floor): one
-    measurement of every unique layer (`latency()` each, learnt from the layers measured so
-    far, lanes measuring side by side), one of every layer the fusion searches may add
+    measurement of every unique layer (`latency(layer)` each: expected from its FLOPs, scaled
+    by what the layers measured so far took; lanes measure side by side), one of every layer the fusion searches may add
     (pools and adds fused into their conv: an enumeration and a measurement each), and the
     library (`final_reserve`: the emitted files, its kernels' source at seconds a byte, since
     the joined program is one build whose cost grows with its code, and the runs of the
@@ -156,18 +166,20 @@ class Clock:
         self.kind = kind
         self.pace = SharedPace(PACE_DEFAULT.get(kind, 1.0))
         self.builds = []                 # compile seconds of this run's measured candidates
-        self.latencies = []              # seconds to each layer's first new measurement
+        self.latencies = []              # (seconds to a layer's first new measurement, prior)
         self.net_ms = {}                 # op signature -> ms of its layers in one run
-        self.sources = {}                # op signature -> (source bytes of its kernel, layers)
+        self.sources = {}                # op signature -> (its kernel's source bytes, what
+                                         # its runner took (or None), its layers)
         self.kernels = None              # kernels of the final library (the first search's layers)
         self.lanes = 1                   # layers measured at once (the first search's)
         self.spaces_s = 0.0              # spent enumerating the first search's spaces
         self.spaced = (0, 0)             # and how many (layers, points) they held
         self.searches = 0
         self.follow_up = 0.0             # kept for the searches after the first
-        self.fusable = (0, 0)            # (layers, points) the searches after the first may
+        self.fusable = ([], 0)           # (layers, points) the searches after the first may
                                          # enumerate and measure: the convs that may take a
                                          # pool or an add
+        self.expected = 0.0              # the first search's layers' mean prior
         self.warned = False
 
     @classmethod
@@ -194,33 +206,60 @@ class Clock:
         speed = float(np.mean(self.builds)) / ref if self.builds else 1.0
         return LIBRARY_S_PER_BYTE.get(self.kind, 1e-4) * min(2.0, max(0.5, speed))
 
-    def build_s(self):
-        """What one kernel adds to the library's build: the mean source of the kernels chosen
-        so far (KERNEL_BYTES before any) at byte_s()."""
-        size, n = (sum(b * k for b, k in self.sources.values()),
-                   sum(k for _, k in self.sources.values()))
-        return (size / n if n else KERNEL_BYTES) * self.byte_s()
+    def kernel_s(self, size, runner=None):
+        """What a kernel of `size` bytes of source adds to the library's build, or, where its
+        measurement's runner took more than its source says (`runner` seconds), that."""
+        by_size = size * self.byte_s()
+        if runner is None:
+            return by_size
+        native = RUNNER_SHARE.get(self.kind, 0.0) * max(0.0, runner - RUNNER_OVERHEAD_S)
+        return max(by_size, native)
 
-    def latency(self):
-        """Wall seconds one layer's first measurement takes: the median of this run's (the
-        build's first one also starts the measuring processes, and a network's heaviest
-        layers take several times its median one), else LATENCY_DEFAULT."""
-        if self.latencies:
-            return float(np.median(self.latencies))
-        return LATENCY_DEFAULT.get(self.kind, 1.0)
+    def build_s(self):
+        """What one kernel adds to the library's build: the mean of the kernels chosen so
+        far, KERNEL_BYTES of source before any."""
+        n = sum(k for _, _, k in self.sources.values())
+        if not n:
+            return self.kernel_s(KERNEL_BYTES)
+        return sum(self.kernel_s(b, r) * k for b, r, k in self.sources.values()) / n
+
+    def prior(self, layer):
+        """Wall seconds `layer`'s first measurement is expected to take, before any is made:
+        LATENCY_BASE and LATENCY_PER_GFLOP of its FLOPs."""
+        from ..ops import flops
+        return (LATENCY_BASE.get(self.kind, 1.0)
+                + LATENCY_PER_GFLOP.get(self.kind, 1.0) * flops(layer) / 1e9)
+
+    def scale(self):
+        """What this run's layers took against their priors: the median ratio (the build's
+        first layer also starts the measuring processes), 1 before any was measured."""
+        if not self.latencies:
+            return 1.0
+        return float(np.median([s / p for s, p in self.latencies if p > 0] or [1.0]))
+
+    def measured(self, layer, seconds):
+        """`layer`'s first new measurement came `seconds` after its search started."""
+        self.latencies.append((seconds, self.prior(layer)))
+
+    def latency(self, layer=None):
+        """Wall seconds `layer`'s first measurement takes (its prior, scaled); without a
+        layer, the first search's mean."""
+        p = self.prior(layer) if layer is not None else (
+            self.expected or LATENCY_BASE.get(self.kind, 1.0))
+        return p * self.scale()
 
     def run_s(self):
         """One run of the network at its layers' measured times (those measured so far)."""
         return sum(self.net_ms.values()) / 1e3
 
     def library_s(self, kernels=None):
-        """The library's build and runs: FINAL_BASE_S, the source of the `kernels` (default
-        the first search's layers: those chosen so far at their own size, the others at the
-        mean) at byte_s(), LIBRARY_RUNS runs of the network."""
+        """The library's build and runs: FINAL_BASE_S, the `kernels` (default the first
+        search's layers: those chosen so far at kernel_s() of their own, the others at the
+        mean), LIBRARY_RUNS runs of the network."""
         kernels = (self.kernels if kernels is None else kernels) or 0
-        known = sum(k for _, k in self.sources.values())
-        size = sum(b * k for b, k in self.sources.values())
-        build = size * self.byte_s() + max(0, kernels - known) * self.build_s()
+        known = sum(k for _, _, k in self.sources.values())
+        build = sum(self.kernel_s(b, r) * k for b, r, k in self.sources.values())
+        build += max(0, kernels - known) * self.build_s()
         return FINAL_BASE_S + build + LIBRARY_RUNS * self.run_s()
 
     @property
@@ -228,22 +267,23 @@ class Clock:
         return self.library_s()
 
     def owed(self, layers):
-        """Seconds `layers` searches of one measurement each take, `lanes` at a time."""
-        return layers * self.latency() / max(1, self.lanes)
+        """Seconds searches of one measurement each of `layers` (Layers) take, `lanes` at a
+        time."""
+        return sum(self.latency(l) for l in layers) / max(1, self.lanes)
 
     def follow_up_min(self, layers=None):
-        """What the searches after the first take at least: `layers` layers (default: the
-        convs that may take a pool or an add) enumerated, at the first search's seconds per
-        point of space and its fusable convs' points per layer, and measured once each."""
-        n, points = self.fusable
-        layers = n if layers is None else layers
-        per_layer = points / n if n else (self.spaced[1] / self.spaced[0] if self.spaced[0]
-                                          else 0.0)
+        """What the searches after the first take at least: `layers` (default: the convs
+        that may take a pool or an add) enumerated, at the first search's seconds per point of
+        space and its fusable convs' points per layer, and measured once each."""
+        convs, points = self.fusable
+        layers = convs if layers is None else list(layers)
+        per_layer = points / len(convs) if convs else (
+            self.spaced[1] / self.spaced[0] if self.spaced[0] else 0.0)
         rate = self.spaces_s / self.spaced[1] if self.spaced[1] else 0.0
-        return layers * (per_layer * rate) + self.owed(layers)
+        return len(layers) * per_layer * rate + self.owed(layers)
 
     def floor(self, layers):
-        """When the build ends at the soonest, `layers` unique layers still to measure once."""
+        """When the build ends at the soonest, `layers` (Layers) still to measure once."""
         return (self.elapsed() + self.owed(layers) + self.follow_up_min()
                 + self.final_reserve)
 
@@ -253,44 +293,49 @@ class Clock:
         return self.left() - keep
 
     def affords(self, layers):
-        """Whether a later search of `layers` unique layers, measured once each, fits before
-        the library's reserve."""
+        """Whether a later search of `layers` (its unique Layers), enumerated and measured
+        once each, fits before the library's reserve."""
         return self.left() - self.final_reserve >= self.follow_up_min(layers)
 
-    def begin(self, layers, fusable=(0, 0), progress=None, kernels=None, lanes=1,
+    def begin(self, layers, fusable=([], 0), progress=None, kernels=None, lanes=1,
               spaces=(0.0, 0)):
-        """A search of `layers` unique layers starts, their spaces enumerated in
-        spaces = (seconds, points): the first fixes the reserves, for `fusable` = (convs that
-        may take a pool or an add, their points) and the library's `kernels` (default
-        `layers`), `lanes` layers measured at once; it says so before anything is measured
-        when the floor exceeds the budget by more than 10%."""
+        """A search of `layers` (its unique Layers) starts, their spaces enumerated in
+        spaces = (seconds, points): the first fixes the reserves, for `fusable` = (the convs
+        that may take a pool or an add, their points) and the library's `kernels` (default
+        one a layer), `lanes` layers measured at once; it says so before anything is
+        measured when the floor exceeds the budget by more than 10%."""
         self.searches += 1
         if self.searches == 1:
-            self.kernels = layers if kernels is None else kernels
-            self.lanes, self.fusable = max(1, lanes), tuple(fusable)
-            self.spaces_s, self.spaced = spaces[0], (layers, spaces[1])
+            layers = list(layers)
+            self.kernels = len(layers) if kernels is None else kernels
+            self.lanes, self.fusable = max(1, lanes), (list(fusable[0]), fusable[1])
+            self.spaces_s, self.spaced = spaces[0], (len(layers), spaces[1])
+            self.expected = (sum(self.prior(l) for l in layers) / len(layers) if layers
+                             else 0.0)
             spare = self.left() - self.final_reserve - self.owed(layers)
             self.follow_up = max(FOLLOW_UP * max(0.0, spare), self.follow_up_min())
             self.check(layers, progress)
 
     def check(self, layers, progress):
-        """Warn (once) when the floor, `layers` still to measure, is past 1.1 x the budget:
-        before anything is measured, at the defaults, or once LATE_SAMPLES layers are."""
+        """Warn (once) when the floor, `layers` (Layers) still to measure, is past 1.1 x the
+        budget: before anything is measured, at the priors, or once LATE_SAMPLES layers are."""
         if progress is None or self.warned or 0 < len(self.latencies) < LATE_SAMPLES:
             return False
         floor = self.floor(layers)
         if floor <= 1.1 * self.budget.amount:
             return False
         self.warned = True
-        n = layers + self.fusable[0]
-        measured = (f"{len(self.latencies)} measured so far" if self.latencies
-                    else "expected")
+        n = len(layers) + len(self.fusable[0])
+        owed = self.owed(layers) + self.follow_up_min()
+        basis = (f"{self.scale():.1f}x what their FLOPs suggest, as the "
+                 f"{len(self.latencies)} measured so far took" if self.latencies
+                 else "expected from their FLOPs")
         progress.warn(
             f"budget {self.budget}: this build needs about {floor:.0f} s at least "
-            f"({self.elapsed():.0f} s spent so far, {n} layer{'s' if n != 1 else ''} still to "
-            f"measure once at about {self.latency():.1f} s each ({measured}), {self.lanes} "
-            f"at a time, the library's build and runs about {self.final_reserve:.0f} s); it "
-            f"will take about that, not {self.budget.amount:g} s")
+            f"({self.elapsed():.0f} s spent so far; {n} layer{'s' if n != 1 else ''} still to "
+            f"measure once, {self.lanes} at a time, about {owed:.0f} s, {basis}; the "
+            f"library's build and runs about {self.final_reserve:.0f} s); it will take about "
+            f"that, not {self.budget.amount:g} s")
         return True
 
     def layer_done(self, result):
@@ -303,7 +348,8 @@ class Clock:
             self.net_ms[sig] = result.best_outcome.time_ms * len(result.layers)
         size = source_bytes(result)
         if size:
-            self.sources[sig] = (size, len(result.layers))
+            runner = (result.runner_s or {}).get(result.best or result.fallback)
+            self.sources[sig] = (size, runner, len(result.layers))
 
 
 def source_bytes(result):
@@ -380,6 +426,10 @@ class LayerResult:
     seconds: float = 0.0
     strategy: str = ""
     trace: list = None         # best cost after each trial of this search
+    runner_s: dict = None      # Candidate -> seconds measuring it took beyond its compile and
+                               # its timed runs (its load and first launch, where PoCL makes
+                               # its native code), for those measured in this run after the
+                               # layer's first
 
 
 def fallback_candidate(layer, target, space=None):
@@ -438,15 +488,25 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
         known = known_outcomes(space, store, target, device)
     outcomes = dict(known)
     t0 = time.monotonic()
-    state = {"new": 0}
+    state = {"new": 0, "at": None, "first": False}
+    runner_s = {}
 
     def on_outcome(cand, o):
         with guard:
             if lane is not None and lane.interrupted:
                 return              # the run is going away: a worker killed now is no result
             outcomes[cand] = o
+            now = time.monotonic()
             if clock is not None and not state["new"]:
-                clock.latencies.append(time.monotonic() - started)
+                clock.measured(layer, now - started)
+            if state["at"] is not None and state["new"]:
+                # a CPU device's measurer compiles a batch, then runs it one by one: the time
+                # since the previous outcome is this one's run, less its repeats (and the
+                # batch's compile for its first); not the layer's first, whose run also made
+                # the layer's data and float64 reference
+                gap = now - state["at"] - (o.build_s or 0.0 if state["first"] else 0.0)
+                runner_s[cand] = max(0.0, gap - (len(o.times) + 2) * (o.time_ms or 0.0) / 1e3)
+            state["at"], state["first"] = now, False
             state["new"] += 1
             extra = {"fallback": True} if cand == fb else {}
             store.append(keys[cand.variant], cand.cfg, o, layer=layer.name, **extra)
@@ -461,6 +521,7 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
         if lane is not None and lane.stop.is_set():
             raise Stopped()
         cands = [grid.points[i] for i in indices]
+        state["at"], state["first"] = time.monotonic(), True
         return [o.cost for o in measurer.measure(layer, cands, variants, on_outcome)]
 
     known_costs = {grid.index[c]: o.cost for c, o in known.items() if c in grid.index}
@@ -495,7 +556,7 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     best = min(valid, key=lambda x: (x[0], str(x[1])))[1] if valid else None
     return LayerResult(layers, space, best, outcomes.get(best), outcomes, fb,
                        new=state["new"], trials=ev.trials, seconds=time.monotonic() - t0,
-                       strategy=strategy, trace=list(ev.trace))
+                       strategy=strategy, trace=list(ev.trace), runner_s=runner_s)
 
 
 def seeding_max(trials):
@@ -516,12 +577,13 @@ def unique_layers(layers):
 
 
 def fusable_convs(groups, spaces):
-    """(n, points): the unique convs among `groups` whose output a pool or an add reads (the
-    fusion searches may enumerate and measure each fused with it), and their spaces' points."""
+    """([layer], points): the unique convs among `groups` whose output a pool or an add reads
+    (the fusion searches may enumerate and measure each fused with it), and their spaces'
+    points."""
     where = {l.name: i for i, g in enumerate(groups) for l in g}
-    convs = {where[t] for g in groups for l in g if l.op in FUSABLE_OPS
-             for t in l.inputs if t in where and groups[where[t]][0].op == "conv"}
-    return len(convs), sum(len(spaces[i].candidates) for i in convs)
+    convs = sorted({where[t] for g in groups for l in g if l.op in FUSABLE_OPS
+                    for t in l.inputs if t in where and groups[where[t]][0].op == "conv"})
+    return [groups[i][0] for i in convs], sum(len(spaces[i].candidates) for i in convs)
 
 
 class Grants:
@@ -532,14 +594,15 @@ class Grants:
     running layers are reserved, and what a layer leaves unused returns to the pool when it
     finishes, so the total never exceeds the budget (each layer still gets at least its
     fallback). seconds: the clock's search time left, times the lanes, less what the running
-    layers' deadlines still hold and one measurement (`clock.latency()`) for each layer not
-    started, is shared the same way on top of the layer's own measurement, and no deadline
+    layers' deadlines still hold and one measurement (`clock.latency(layer)`) for each layer
+    not started, is shared the same way on top of the layer's own measurement, and no deadline
     passes the clock's (with one lane: the clock's time left). default: up to DEFAULT_TRIALS
     per layer."""
 
-    def __init__(self, budget, weights, sizes, clock=None, lanes=1):
+    def __init__(self, budget, weights, sizes, clock=None, lanes=1, layers=None):
         self.budget, self.weights, self.sizes = budget, list(weights), list(sizes)
         self.clock, self.lanes = clock, max(1, int(lanes))
+        self.layers = layers           # the layers (one of each group), for what each is owed
         self.pool = budget.amount if budget.kind == "trials" else 0
         self.reserved = {}             # layer -> trials granted while it runs
         self.deadlines = {}            # layer -> its deadline while it runs
@@ -560,9 +623,12 @@ class Grants:
             now = time.monotonic()
             left = max(0.0, self.clock.search_left())
             held = sum(max(0.0, d - now) for d in self.deadlines.values())
-            owed = self.clock.latency() if hasattr(self.clock, "latency") else 0.0
-            spare = self.lanes * left - held - len(rest) * owed
-            grant_s = owed + share(max(0.0, spare), w, [math.inf for _ in rest], floor=0.0)[0]
+            owed = [self.clock.latency(self.layers[j]) if self.layers is not None else
+                    self.clock.latency() for j in rest] \
+                if hasattr(self.clock, "latency") else [0.0 for _ in rest]
+            spare = self.lanes * left - held - sum(owed)
+            grant_s = owed[0] + share(max(0.0, spare), w, [math.inf for _ in rest],
+                                      floor=0.0)[0]
             grant, deadline = max(1, self.sizes[i]), now + min(left, grant_s)
             self.deadlines[i] = deadline
         else:
@@ -688,7 +754,7 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
         library = Library.from_store(store, target, device,
                                      {p.variant.name for sp in spaces for p in sp.parts})
     if clock is not None:
-        clock.begin(len(groups), fusable_convs(groups, spaces), progress,
+        clock.begin([g[0] for g in groups], fusable_convs(groups, spaces), progress,
                     kernels=sum(len(g) for g in groups), lanes=width,
                     spaces=(spaces_s, sum(len(sp.candidates) for sp in spaces)))
     extra = {k: v for k, v in (("clock", clock), ("library", library)) if v is not None}
@@ -696,7 +762,7 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
     if width > 1:
         shared = extra["lane"] = Lanes(width)
     guard = shared.lock if shared is not None else contextlib.nullcontext()
-    grants = Grants(budget, weights, sizes, clock, width)
+    grants = Grants(budget, weights, sizes, clock, width, [g[0] for g in groups])
     results = {}
 
     def begin(i):
@@ -724,7 +790,8 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
                 # the layers measured so far say what one costs: warn now if the floor is
                 # past the budget after all (once; the first warning may have come before)
                 if clock.searches == 1:
-                    clock.check(len(groups) - len(results), progress)
+                    clock.check([g[0] for g in groups if g[0].signature_str() not in results],
+                                progress)
 
     run_lanes(len(groups), width, begin, work, end, shared)
     return {g[0].signature_str(): results[g[0].signature_str()] for g in groups}
