@@ -237,7 +237,10 @@ def test_a_layers_latency_is_expected_from_its_flops_then_learnt():
         assert clock.prior(g[0]) == pytest.approx(
             search.LATENCY_BASE["cpu"] + search.LATENCY_PER_GFLOP["cpu"] * flops(g[0]) / 1e9)
     assert clock.latency(big[0]) > clock.latency(small[0])
-    # three layers took twice, twice and five times what was expected: the median, twice
+    # the build's first layer also started the measuring processes: alone, it is the scale
+    clock.measured(small[0], 9 * clock.prior(small[0]))
+    assert clock.scale() == pytest.approx(9.0)
+    # then three more took twice, twice and five times what was expected: the median, twice
     for layer, k in ((big[0], 2.0), (small[0], 2.0), (small[0], 5.0)):
         clock.measured(layer, k * clock.prior(layer))
     assert clock.scale() == pytest.approx(2.0)
@@ -249,7 +252,7 @@ def test_the_floor_counts_one_measurement_per_layer_over_the_lanes(monkeypatch):
     flat_latency(monkeypatch, 1.0)
     layer = groups_of([{"name": "r", "op": "relu"}])[0][0]
     layers, convs = [layer] * 20, [layer] * 2
-    took = [(3.0, 1.0), (2.5, 1.0), (9.0, 1.0)]  # three layers' first measurements: 3x
+    took = [(20.0, 1.0), (3.0, 1.0), (2.5, 1.0), (9.0, 1.0)]   # after the first: 3x
     clock = Clock.make("60s", POCL)
     clock.latencies, clock.builds = list(took), [0.5]
     clock.begin(layers, fusable=(convs, 300), progress=Warnings(), kernels=26, lanes=4,
@@ -272,7 +275,7 @@ def test_the_floor_counts_one_measurement_per_layer_over_the_lanes(monkeypatch):
     need = int(p.warnings[0].split("needs about ")[1].split()[0])
     assert need == pytest.approx(one.floor(layers), abs=1)
     assert "22 layers still to measure once, 1 at a time, about 67 s, 3.0x what their FLOPs " \
-           "suggest, as the 3 measured so far took" in p.warnings[0]
+           "suggest, as the 4 measured so far took" in p.warnings[0]
 
 
 def test_the_warning_comes_before_anything_is_measured(tmp_path):

@@ -96,7 +96,7 @@ LIBRARY_RUNS = 6                # compiler.measure_library: one run, then five p
 # scales the expectation by what its own layers took (Clock.scale), and warns if need be.
 LATENCY_BASE = {"cpu": 0.7, "gpu": 1.0}
 LATENCY_PER_GFLOP = {"cpu": 18.0, "gpu": 0.5}
-LATE_SAMPLES = 3                # layers measured before their latency may warn of the floor
+LATE_SAMPLES = 4                # layers measured before their latency may warn of the floor
 
 
 # -- budget ------------------------------------------------------------------------------------
@@ -231,11 +231,11 @@ class Clock:
                 + LATENCY_PER_GFLOP.get(self.kind, 1.0) * flops(layer) / 1e9)
 
     def scale(self):
-        """What this run's layers took against their priors: the median ratio (the build's
-        first layer also starts the measuring processes), 1 before any was measured."""
-        if not self.latencies:
-            return 1.0
-        return float(np.median([s / p for s, p in self.latencies if p > 0] or [1.0]))
+        """What this run's layers took against their priors: the median ratio, 1 before any
+        was measured (the build's first layer, which also started the measuring processes,
+        counts only while it is the only one)."""
+        took = self.latencies[1:] or self.latencies
+        return float(np.median([s / p for s, p in took if p > 0] or [1.0]))
 
     def measured(self, layer, seconds):
         """`layer`'s first new measurement came `seconds` after its search started."""
