@@ -70,13 +70,13 @@ LANES_ENV = "AOTCONV_LANES"     # how many layers are searched at once (default:
 # host); then LIBRARY_RUNS runs of the network at the times its layers measured. The joined
 # program is one build, not one per kernel, and what it costs grows with the code: PoCL's build
 # takes about a second whatever the size, but its binary and each kernel's first launch compile
-# every kernel to native code (on two busy cores 0.07-0.3 ms a source byte in all: fallback
-# mobilenet_v2 and resnet50, tuned lenet5, resnet50 and mobilenet_v2, whose tuned convs of
-# 10 kB took 2 s each); NVIDIA's build and ptxas take 0.018-0.021 ms a byte (vgg16, resnet50
-# on an H100: results/h100/nvidia-binaries.md), a cubin loads in milliseconds
+# every kernel to native code (on two busy cores 0.07-0.15 ms a source byte in all: fallback
+# mobilenet_v2 and resnet50, of 2.2-3.4 kB a kernel, tuned lenet5 and resnet50; 0.3 ms for
+# tuned mobilenet_v2, below); NVIDIA's build and ptxas take 0.018-0.021 ms a byte (vgg16,
+# resnet50 on an H100: results/h100/nvidia-binaries.md), a cubin loads in milliseconds
 FINAL_BASE_S = 3.0
-LIBRARY_S_PER_BYTE = {"cpu": 1.5e-4, "gpu": 2.5e-5}
-KERNEL_BYTES = 4000             # a kernel's source before a layer's choice is known
+LIBRARY_S_PER_BYTE = {"cpu": 1.0e-4, "gpu": 2.5e-5}
+KERNEL_BYTES = 3000             # a kernel's source before a layer's choice is known
 # But code size says little of what native code costs: PoCL made 2-4 s of it for a tuned conv
 # of 10 kB and 0.2 s for a fallback of 6 kB. Its runner made that code when it first launched
 # the chosen kernel: what that took beyond the compile and the timed runs, less
