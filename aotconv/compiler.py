@@ -37,6 +37,8 @@ class BuildResult:
     profile: list = None     # [(kernel, ms)] median over runs, when the device was present
     check_error: float = None
     check_reference: str = "numpy"   # what --check compared with (onnxruntime for .onnx)
+    check_resolution: float = None   # an fp16 --check that failed: how far its reference
+                                     # computed in float32 is from it (HalfReference)
     programs: object = None  # binaries.ProgramPlan: joined or per layer, binaries embedded
     times: object = None     # buildtime.BuildTimes: where the build's time went
     runs: int = 5            # the profiled runs of the library that `profile` is the median of
@@ -188,6 +190,7 @@ def _build_into(od, ctx, job, quiet):
                     stage, job.net0, flat, job.seed, job.check, ref=refs[0],
                     until=clock.end if clock is not None else None)
         res.check_reference = getattr(refs[0], "name", "numpy")
+        res.check_resolution = _check_resolution(res, job, refs)
     elif job.measure:
         log(f"aotconv: the {ctx.profile.name} device is not present: library built, not run; "
             f"report.md has no measured times", quiet)
@@ -280,6 +283,17 @@ def _reference(u, job, flat, sch):
         if ref is not None:
             return ref
     return lambda x: run_network(u.net0, x, params_mod.split(u.net0, flat))
+
+
+def _check_resolution(res, job, refs):
+    """Where an fp16 build's --check failed: how far its reference computed in float32 is
+    from it (precision.HalfReference.resolution), what the check cannot resolve on this
+    network; else None."""
+    from .protocol import TOLERANCE
+    ref = refs[-1]
+    if res.check_error is None or res.check_error <= TOLERANCE or not hasattr(ref, "resolution"):
+        return None
+    return ref.resolution(random_inputs(job.units[-1].net0, np.random.default_rng(job.seed + 1)))
 
 
 def _import_onnx(source, batch, input_shapes):

@@ -325,22 +325,23 @@ def half_params(sch, flat):
     return out
 
 
-def half_network_reference(sch, x, params):
+def half_network_reference(sch, x, params, dtype=np.float64):
     """The float64 outputs of the schedule `sch` of an fp16 build on `x` (the input, or the
     inputs as reference.run_network takes them) with `params` (half_params): every layer of
     the network as the library runs it (after passes, fusion, layout conversions and casts)
     computes in float64 on its inputs and parameters as stored, and its output is rounded to
-    half where the library stores it in half; the casts to float at the outputs are exact."""
+    half where the library stores it in half; the casts to float at the outputs are exact.
+    `dtype` np.float32: every layer computes in float32 instead (HalfReference.resolution)."""
     from .ops import is_alias
     from .reference import forward
     net = sch.net
-    values = {t: np.asarray(v, np.float64) for t, v in net.input_values(x).items()}
+    values = {t: np.asarray(v, dtype) for t, v in net.input_values(x).items()}
     for layer in net.layers:
-        y = forward(layer, [values[i] for i in layer.inputs], params.get(layer.name, {}))
+        y = forward(layer, [values[i] for i in layer.inputs], params.get(layer.name, {}), dtype)
         if storage_of(layer) == "fp16" and not is_alias(layer):
-            y = round_fp16(y)
+            y = round_fp16(y).astype(dtype)
         values[layer.name] = y
-    return [values[o] for o in net.outputs]
+    return [np.asarray(values[o], np.float64) for o in net.outputs]
 
 
 class HalfReference:
@@ -357,3 +358,14 @@ class HalfReference:
 
     def __call__(self, x):
         return half_network_reference(self.sch, x, self.params)
+
+    def resolution(self, x):
+        """The largest hybrid difference on `x` between this reference and the same one
+        computed in float32 arithmetic: two evaluations of the network, each as exact as the
+        library's FP32 arithmetic, that round some stored values to neighbouring halves where
+        their results fall on two sides of a rounding boundary. What the network makes of those
+        differences is what --check cannot tell from a wrong result."""
+        from .harness import close
+        a = half_network_reference(self.sch, x, self.params)
+        b = half_network_reference(self.sch, x, self.params, np.float32)
+        return max(close(p, q)[1] for p, q in zip(a, b))

@@ -77,7 +77,7 @@ def conv(x, w, b, a, out_shape):
     if g == 1:
         # channels first so that each tap's window is a (c, n*p*q) matrix: one BLAS call per tap
         xp = np.pad(x.transpose(1, 0, 2, 3), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-        acc = np.zeros((o, n * p * q))
+        acc = np.zeros((o, n * p * q), x.dtype)
         for i, j, v in _taps(xp, kh, kw, sh, sw, dh, dw, p, q):
             acc += w[:, :, i, j] @ v.reshape(c, -1)
         y = acc.reshape(o, n, p, q).transpose(1, 0, 2, 3)
@@ -85,7 +85,7 @@ def conv(x, w, b, a, out_shape):
         xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
         xg = xp.reshape(n, g, cg, *xp.shape[2:])
         wg = w.reshape(g, og, cg, kh, kw)
-        y = np.zeros((n, g, og, p, q))
+        y = np.zeros((n, g, og, p, q), x.dtype)
         for i, j, v in _taps(xg, kh, kw, sh, sw, dh, dw, p, q):
             if cg == 1 and og == 1:                       # depthwise: no reduction
                 y[:, :, 0] += wg[None, :, 0, 0, i, j, None, None] * v[:, :, 0]
@@ -108,11 +108,11 @@ def pool(x, a, out_shape, kind):
     fill = -np.inf if kind == "max" else 0.0
     xp = np.pad(x, ((0, 0), (0, 0), (ph, ph + eb), (pw, pw + er)), constant_values=fill)
     if kind == "max":
-        y = np.full((n, c, p, q), -np.inf)
+        y = np.full((n, c, p, q), -np.inf, x.dtype)
         for _, _, v in _taps(xp, kh, kw, sh, sw, 1, 1, p, q):
             y = np.maximum(y, v)
         return y
-    y = np.zeros((n, c, p, q))
+    y = np.zeros((n, c, p, q), x.dtype)
     for _, _, v in _taps(xp, kh, kw, sh, sw, 1, 1, p, q):
         y += v
 
@@ -123,7 +123,7 @@ def pool(x, a, out_shape, kind):
             return end - start
         return np.minimum(end, size) - np.maximum(start, 0)
 
-    return y / np.outer(divisor(h, kh, sh, ph, p), divisor(w, kw, sw, pw, q))
+    return y / np.outer(divisor(h, kh, sh, ph, p), divisor(w, kw, sw, pw, q)).astype(x.dtype)
 
 
 def lrn(x, a):
@@ -235,12 +235,14 @@ def conv_pool(x, w, b, a, out_shape):
     return pool(conv(x, w, b, ca, mid), pa, out_shape, "max" if pop == "maxpool" else "avg")
 
 
-def forward(layer, inputs, params):
-    """Output of `layer` (float64) for float64 `inputs` (list) and `params` ({name: array})."""
+def forward(layer, inputs, params, dtype=np.float64):
+    """Output of `layer` (float64) for float64 `inputs` (list) and `params` ({name: array}).
+    `dtype` np.float32 computes in float32 instead, for the ops of half-storage builds
+    (precision.HalfReference.resolution: another evaluation as exact as FP32 arithmetic)."""
     op, a = layer.op, layer.attrs
-    xs = [np.asarray(v, np.float64) for v in inputs]
+    xs = [np.asarray(v, dtype) for v in inputs]
     x = xs[0]
-    prm = {k: np.asarray(v, np.float64) for k, v in (params or {}).items()}
+    prm = {k: np.asarray(v, dtype) for k, v in (params or {}).items()}
     if op in ACT_OPS:
         return act_of(x, a)
     if op == "conv" and a.get("residual"):

@@ -246,6 +246,46 @@ def test_an_fp16_schedule_casts_at_its_edges_and_halves_its_buffers():
     assert precision.of_schedule(s32, POCL)[0] == "fp32"
 
 
+def test_the_half_model_rounds_every_stored_output_and_measures_its_resolution():
+    """The --check reference: every stored output a half, the float outputs the widened
+    halves; computed in float32 it stays a model of half storage (every output a half) and
+    differs from the float64 one only by neighbouring halves here (its resolution)."""
+    from aotconv.params import random_params
+    from aotconv.precision import HalfReference
+    src = net_of(SMALL, shape=(2, 3, 8, 8), outputs=["prob", "c3"])
+    sch = _schedule(src, "fp16")
+    flat = random_params(src, seed=3)
+    ref = HalfReference(sch, flat)
+    x = np.random.default_rng(4).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    outs = ref(x)
+    assert [o.shape for o in outs] == [(2, 10, 1, 1), (2, 4, 4, 4)]
+    assert all(np.array_equal(o, round_fp16(o)) for o in outs)
+    f32 = half_network_reference(sch, x, ref.params, np.float32)
+    assert all(np.array_equal(o, round_fp16(o)) for o in f32)
+    res = ref.resolution(x)
+    assert res == max(harness.close(a, b)[1] for a, b in zip(outs, f32))
+    assert res < protocol.TOLERANCE                       # a small network: within the check
+    ulps = [np.abs(a - b) / np.maximum(np.abs(a), 2.0 ** -14) for a, b in zip(outs, f32)]
+    assert all(u.max() <= 2.0 ** -9 for u in ulps)        # a neighbouring half at most
+
+
+def test_a_failed_fp16_check_says_how_far_its_reference_moves_in_float32(monkeypatch, capsys):
+    from aotconv import compiler
+    from aotconv.compiler import BuildResult
+    res = BuildResult("out", None, None, None, check_error=2.5e-3,
+                      check_reference=precision.HalfReference.name, check_resolution=1.5e-3)
+    monkeypatch.setattr(compiler, "compile_network", lambda *a, **k: res)
+    assert cli.main(["build", "lenet5", "--precision", "fp16", "--quiet"]) == 1
+    out = capsys.readouterr().out.strip()
+    assert out.count("\n") == 0
+    assert out.startswith("check against the float64 numpy reference with every weight")
+    assert "max hybrid error 2.50e-03 (FAILED; the same reference computed in float32 " \
+           "differs from it by 1.50e-03" in out
+    res.check_error, res.check_resolution = 2.5e-4, None
+    assert cli.main(["build", "lenet5", "--precision", "fp16", "--quiet"]) == 0
+    assert "2.50e-04 (ok)" in capsys.readouterr().out
+
+
 # -- the tolerance ------------------------------------------------------------------------------
 
 def test_the_half_tolerance_is_what_rounding_the_stored_operands_does():
