@@ -420,14 +420,15 @@ def test_a_kernel_whose_run_made_much_native_code_counts_that(monkeypatch):
     fb = search.fallback_candidate(g[0], POCL, sp)
     ok = Outcome(Status.OK, time_ms=1.0, times=(1.0,), build_s=0.3)
     clock = Clock.make("60s", POCL)
-    clock.begin([g[0]], kernels=1)
+    clock.begin([g[0]], kernels=3)              # and two kernels of layers not searched yet
     size = search.source_bytes(search.LayerResult(g, sp, fb, ok, {fb: ok}, fb))
+    rest = 2 * size * clock.byte_s()            # at the chosen source's size, not its cost
     for runner, cost in ((3.0, 2 * (3.0 - search.RUNNER_OVERHEAD_S)),       # its native code
                          (0.2, size * clock.byte_s())):                    # its source says more
         clock.sources = {}
         clock.layer_done(search.LayerResult(g, sp, fb, ok, {fb: ok}, fb, runner_s={fb: runner}))
         assert clock.final_reserve == pytest.approx(
-            search.FINAL_BASE_S + cost + search.LIBRARY_RUNS * 1e-3)
+            search.FINAL_BASE_S + cost + rest + search.LIBRARY_RUNS * 1e-3)
 
 
 def test_a_later_search_is_left_out_when_the_budget_has_no_room(capsys, monkeypatch):

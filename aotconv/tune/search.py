@@ -255,11 +255,15 @@ class Clock:
     def library_s(self, kernels=None):
         """The library's build and runs: FINAL_BASE_S, the `kernels` (default the first
         search's layers: those chosen so far at kernel_s() of their own, the others at the
-        mean), LIBRARY_RUNS runs of the network."""
+        mean source size), LIBRARY_RUNS runs of the network."""
         kernels = (self.kernels if kernels is None else kernels) or 0
         known = sum(k for _, _, k in self.sources.values())
         build = sum(self.kernel_s(b, r) * k for b, r, k in self.sources.values())
-        build += max(0, kernels - known) * self.build_s()
+        # the layers not searched yet at their source's mean size: a network's heavy convs
+        # (and their native code) tell little of the pools and adds after them
+        size = sum(b * k for b, _, k in self.sources.values()) / known if known else \
+            KERNEL_BYTES
+        build += max(0, kernels - known) * self.kernel_s(size)
         return FINAL_BASE_S + build + LIBRARY_RUNS * self.run_s()
 
     @property
