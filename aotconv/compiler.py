@@ -166,6 +166,8 @@ def _build_into(od, ctx, job, quiet):
         ctx.budget = clock
     sch = batches.merge([(u.batch, s) for u, s in zip(job.units, scheds)]) if job.ranged \
         else scheds[0]
+    if clock is not None and clock.reserved is not None:     # what the searches left it
+        ctx.times.budget += f" (the library's reserve {clock.reserved:.0f} s)"
     with phase("library"):
         plan = binaries.plan(sch.programs, ctx, binaries=job.binaries,
                              log=lambda m: log(m, quiet))

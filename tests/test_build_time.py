@@ -110,10 +110,12 @@ def test_a_tiny_budget_is_said_before_anything_is_measured(tmp_path, monkeypatch
     err = capfd.readouterr().err.splitlines()
     last = err[-2] if err[-1].endswith("report.md") else err[-1]
     assert re.fullmatch(r"aotconv: time: (setup [\d.]+ s, )?spaces [\d.]+ s, search [\d.]+ s, "
-                        r".*library [\d.]+ s, run [\d.]+ s.*; [\d.]+ s in all, budget 3 s", last)
+                        r".*library [\d.]+ s, run [\d.]+ s.*; [\d.]+ s in all, budget 3 s "
+                        r"\(the library's reserve \d+ s\)", last)
     phases = re.findall(r"([a-z ]+) ([\d.]+) s", last[len("aotconv: time:"):last.index(";")])
     total = float(re.search(r"([\d.]+) s in all", last).group(1))
     assert abs(sum(float(s) for _, s in phases) - total) < 0.3      # each rounded to 0.1 s
     report = (tmp_path / "o" / "report.md").read_text()
-    assert re.search(r"^Build time up to this report: .*spaces .* budget 3 s\.$", report, re.M)
+    assert re.search(r"^Build time up to this report: .*spaces .* budget 3 s \(the library's "
+                     r"reserve \d+ s\)\.$", report, re.M)
     assert res.times is not None and res.runs >= 1
