@@ -1,5 +1,7 @@
-"""Time an emitted library: loading it (create() and its parameters), the first run(), then run() from numpy memory, run() from its pinned buffers, and the sum
-of its kernels, each the median of --runs calls after --warmup; one line (and --json).
+"""Time an emitted library: create() (the OpenCL platform, context, queue, programs and buffers), load_params, the first run(), then run() from numpy memory, run() from its pinned buffers, and the sum
+of its kernels, each the median of --runs calls after --warmup; one line (and --json). With
+--warm-driver, the process first makes an OpenCL context of its own, so that create() does not
+pay the driver's own start (as in an application that already uses OpenCL).
 
     python tools/time_library.py build/resnet50 --label "devices=2" [--runs 50] [--json out.json]
 """
@@ -33,10 +35,26 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--warm-driver", action="store_true",
+                   help="start the OpenCL driver (a context of this process's own) before create()")
     a = p.parse_args(argv)
+    driver_ms = None
+    if a.warm_driver:
+        import pyopencl as cl
+        t0 = time.perf_counter()
+        ctx = cl.create_some_context(interactive=False)
+        cl.CommandQueue(ctx).finish()
+        driver_ms = round((time.perf_counter() - t0) * 1e3, 1)
     t0 = time.perf_counter()
-    with load(a.dir) as net:
-        load_ms = (time.perf_counter() - t0) * 1e3          # dlopen, create(), load_params
+    with load(a.dir, params=False) as net:
+        create_ms = (time.perf_counter() - t0) * 1e3        # dlopen, create()
+        from_binary, why = net.program_source()
+        t0 = time.perf_counter()
+        params = net.dir / f"{net.name}.params.bin"
+        if params.exists():
+            net.load_params(params)
+        params_ms = (time.perf_counter() - t0) * 1e3
+        load_ms = create_ms + params_ms
         t0 = time.perf_counter()
         x0 = np.zeros(net.input_shape, np.float32)
         net(x0)
@@ -50,12 +68,18 @@ def main(argv=None):
         for _ in range(a.runs):
             net.run_host()
             kernels.append(sum(ms for _, ms in net.profile()))
-        out = {"label": a.label, "dir": str(a.dir), "load_ms": round(load_ms, 1),
+        out = {"label": a.label, "dir": str(a.dir), "driver_start_ms": driver_ms,
+               "create_ms": round(create_ms, 1), "params_ms": round(params_ms, 1),
+               "programs_from_binary": bool(from_binary), "programs_why": why,
+               "load_ms": round(load_ms, 1),
                "first_run_ms": round(first_ms, 2), "run_ms": round(run_ms, 4),
                "pinned_run_ms": round(pinned_ms, 4),
                "kernels_ms": round(float(np.median(kernels)), 4),
                "launches": len(net.kernel_names)}
-    print(f"{a.label} load {out['load_ms']:.1f} ms, first run() {out['first_run_ms']:.2f} ms, "
+    pre = f"driver start {driver_ms:.1f} ms, " if driver_ms is not None else ""
+    print(f"{a.label} {pre}create() {out['create_ms']:.1f} ms "
+          f"({'binary' if from_binary else 'source'}), load_params {out['params_ms']:.1f} ms, "
+          f"load {out['load_ms']:.1f} ms, first run() {out['first_run_ms']:.2f} ms, "
           f"run() {out['run_ms']:.3f} ms, from pinned {out['pinned_run_ms']:.3f} ms, "
           f"kernels {out['kernels_ms']:.3f} ms in {out['launches']} launches ({a.dir})")
     if a.json:
