@@ -64,10 +64,12 @@ def main(argv=None):
         xin, _ = net.host_buffers()
         xin[...] = x
         pinned_ms = median_ms(net.run_host, a.runs, a.warmup)
-        kernels = []
+        kernels, per = [], []
         for _ in range(a.runs):
             net.run_host()
-            kernels.append(sum(ms for _, ms in net.profile()))
+            prof = net.profile()
+            kernels.append(sum(ms for _, ms in prof))
+            per.append([ms for _, ms in prof])
         out = {"label": a.label, "dir": str(a.dir), "driver_start_ms": driver_ms,
                "create_ms": round(create_ms, 1), "params_ms": round(params_ms, 1),
                "programs_from_binary": bool(from_binary), "programs_why": why,
@@ -75,7 +77,9 @@ def main(argv=None):
                "first_run_ms": round(first_ms, 2), "run_ms": round(run_ms, 4),
                "pinned_run_ms": round(pinned_ms, 4),
                "kernels_ms": round(float(np.median(kernels)), 4),
-               "launches": len(net.kernel_names)}
+               "launches": len(net.kernel_names),
+               "per_kernel_ms": [[name, round(float(ms), 5)] for name, ms in
+                                 zip([n for n, _ in prof], np.median(np.array(per), axis=0))]}
     pre = f"driver start {driver_ms:.1f} ms, " if driver_ms is not None else ""
     print(f"{a.label} {pre}create() {out['create_ms']:.1f} ms "
           f"({'binary' if from_binary else 'source'}), load_params {out['params_ms']:.1f} ms, "
