@@ -42,12 +42,6 @@ def check_args(a):
     if getattr(a, "precision", None) is not None:
         from .precision import check as check_precision
         check_precision(a.precision)
-        if getattr(a, "command", None) == "bench" and a.precision != "fp32":
-            # its references run cuDNN with TF32 off and its checks are FP32's
-            raise AotconvError(f"bench --precision {a.precision}: the benchmark compares FP32 "
-                               f"kernels only; tune and build with --precision {a.precision} "
-                               f"(`aotconv tune NET --precision {a.precision}` prints the "
-                               f"layers' times)")
     seed = getattr(a, "seed", None)
     if seed is not None and not 0 <= seed < SEED_LIMIT:
         raise AotconvError(f"--seed {seed}: give an integer from 0 to {SEED_LIMIT - 1}")

@@ -6,7 +6,8 @@ against the libraries a user would otherwise call.
     options.py          the parsed command line, the deadline and the tuner's measurer
     layer.py            one layer: pick our kernel, verify and time it and the references
     refs/               the references (PyTorch, CLBlast's convgemm) as measurement subjects
-    e2e.py              one network end to end: the emitted library against PyTorch eager
+    e2e.py              one network end to end: the emitted library against PyTorch, in one
+                        precision (--precision fp32, tf32 or fp16)
     report.py           derived figures (roofline, hints, summaries) and the tables
     rerender.py         --from-json: merge earlier results and render them again
     cli.py              the `aotconv bench` command line

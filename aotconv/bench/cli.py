@@ -8,8 +8,10 @@ do not hit a warm cache), verify it against the float64 numpy reference on the f
 the batch, then time the references on the same inputs and weights and verify them too
 (aotconv.protocol, the rules every measurement follows). End to end: build the shipped
 networks with `compile_network`, time the library's run() and its per-kernel profile against
-a torch model of the same net.yaml (aotconv.torch_model). Derived figures and tables:
-aotconv.bench.report.
+a torch model of the same net.yaml (aotconv.torch_model). --precision tf32|fp16 (end to end
+only): the library built in that precision against PyTorch in the same one (TF32 allowed, or
+the model in half and channels_last), and checked against the float64 numpy reference its
+--check uses (docs/precision.md). Derived figures and tables: aotconv.bench.report.
 """
 import argparse
 import sys
@@ -23,7 +25,8 @@ def add_commands(sub):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("--target", default="auto", help="h100, pocl-cpu, ... or auto (the device "
                    "present)")
-    b.add_argument("--sets", help=f"comma-separated: {', '.join(SET_NAMES)}, e2e (default all)")
+    b.add_argument("--sets", help=f"comma-separated: {', '.join(SET_NAMES)}, e2e (default all; "
+                   f"with --precision tf32 or fp16, e2e alone: the per-layer sets are FP32)")
     b.add_argument("--layers", help="comma-separated globs on layer names (alex.conv*, "
                    "boda.0*)")
     b.add_argument("--budget", help="tuning budget per layer: trials (40) or time (30s)")

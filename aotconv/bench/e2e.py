@@ -4,6 +4,11 @@ PyTorch eager on a model of the same net.yaml with the same weights (aotconv.tor
 
 The repeat counts follow the protocol's policy for the bench (aotconv.protocol.counts); the
 outputs are compared with the hybrid tolerance before anything is timed.
+
+`--precision tf32|fp16` builds the library in that precision and runs PyTorch in the same
+one (refs.torch_ref.Precision), so that every ratio of a row compares two implementations of
+one precision; the library's output is also checked against the float64 numpy reference that
+its own --check uses (aotconv.precision.check_reference, docs/precision.md), within T.
 """
 import json
 from pathlib import Path
@@ -12,12 +17,15 @@ import time
 import numpy as np
 
 from .. import params as params_mod
+from .. import precision as precision_mod
 from .. import spec, torch_model
 from ..compiler import compile_network
 from ..harness import close
-from ..protocol import counts
+from ..ops import flops
+from ..protocol import TOLERANCE, counts
+from ..reference import run_network
 from ..runtime import load
-from .refs.torch_ref import Timer, sync, torch
+from .refs.torch_ref import Precision, Timer, sync, torch
 from .report import failure, rounded
 
 
@@ -28,18 +36,20 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
     if opts.max_batch and b0 > opts.max_batch:
         net0 = spec.load_network(net_name, batch=opts.max_batch)
     b = net0.input_shape[0]
-    row = {"net": net_name, "batch": b, "batch_orig": b0, "ours": {}, "torch": {}}
-    outdir = Path(opts.workdir) / f"{net_name}-b{b}"
+    prec = opts.precision
+    row = {"net": net_name, "batch": b, "batch_orig": b0, "precision": prec, "ours": {},
+           "torch": {}}
+    outdir = Path(opts.workdir) / build_dir_name(net_name, b, prec)
     budget = opts.fit_budget(opts.e2e_budget, 60, f"end to end {net_name} batch {b}", notes)
     row["budget"] = budget
     row["mode"] = ("fallback (no tuner)" if opts.mode != "tune" else
                    f"tuned, budget {budget or 'default'}")
     t0 = time.monotonic()
     try:
-        compile_network(net_name, target=opts.target_arg, outdir=outdir, batch=b,
-                        tune_mode=opts.mode if opts.mode == "tune" else "fallback",
-                        budget=budget, strategy=opts.strategy, quiet=opts.quiet,
-                        measure=False, seed=opts.seed)
+        built = compile_network(net_name, target=opts.target_arg, outdir=outdir, batch=b,
+                                tune_mode=opts.mode if opts.mode == "tune" else "fallback",
+                                budget=budget, strategy=opts.strategy, quiet=opts.quiet,
+                                measure=False, seed=opts.seed, precision=prec)
     except Exception as e:
         row["ours"].update(failure(e))
         row["ours"]["error"] = "build failed: " + row["ours"]["error"]
@@ -47,6 +57,10 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
         return row
     row["build_s"] = round(time.monotonic() - t0, 1)
     row["build_dir"] = str(outdir)
+    # what the library computes in: a tf32 build computes in FP32 where no tensor-core
+    # variant served a layer (on a device without tensor cores, every layer)
+    row["ours"]["computes"], row["ours"]["arithmetic"] = precision_mod.of_schedule(
+        built.schedule, built.target)
     try:
         tj = json.loads((outdir / "tuning.json").read_text())
         row["kernels"] = len(tj.get("kernels", tj.get("layers", [])))
@@ -76,11 +90,15 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
         row["ours"].update(failure(e))
         row["ours"]["error"] = "run failed: " + row["ours"]["error"]
         return row
+    if prec != "fp32":
+        # PyTorch in half or TF32 is another rounding of the same model, not a reference
+        # within T: the library is held to the one its --check derives
+        row["numpy"] = numpy_check(built.schedule, net0, flat, x, y, opts)
     if refs.torch_device is None:
         row["torch"]["note"] = refs.status["torch"]["note"]
         return row
     try:
-        row["torch"], yt = torch_e2e(net0, flat, x, refs.torch_device, opts)
+        row["torch"], yt = torch_e2e(net0, flat, x, refs.torch_device, opts, prec)
         ys = y if isinstance(y, list) else [y]
         yts = yt if isinstance(yt, list) else [yt]
         errs = [close(a, b)[1] for a, b in zip(ys, yts)]
@@ -94,6 +112,47 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
     except Exception as e:
         row["torch"] = {"note": "failed", **failure(e)}
     return row
+
+
+def build_dir_name(net_name, batch, precision):
+    """The end-to-end build's directory under --workdir: one per network, batch and precision
+    (an fp16 run does not rebuild over the fp32 library of the same network)."""
+    return f"{net_name}-b{batch}" + ("" if precision == "fp32" else f"-{precision}")
+
+
+def numpy_check(sch, net0, flat, x, y, opts):
+    """The library's output `y` on the first --verify-images images of `x` against the float64
+    numpy reference that the --check of its build compares with (aotconv.precision
+    .check_reference: the operands rounded to TF32, or every weight and stored output rounded
+    to half, as the library rounds them; the plain reference where the build computes in
+    FP32), with the FP32 tolerance T: {reference, images, error, tolerance, within}, and
+    where an fp16 check fails `resolution`, how far the same reference evaluated in float32 is
+    from it (what half storage itself does on this network, docs/precision.md). {skipped}
+    when --verify-images is 0 or the reference would cost more than --verify-max-gflop."""
+    n = net0.input_shape[0]
+    k = min(opts.verify_images, n)
+    if k < 1:
+        return {"skipped": "--verify-images 0"}
+    gflop = sum(flops(l) for l in net0.layers) / n * k / 1e9
+    if gflop > opts.verify_max_gflop:
+        return {"skipped": f"the reference of {k} image{'s' if k > 1 else ''} would cost "
+                           f"{gflop:.0f} GFLOP (--verify-max-gflop {opts.verify_max_gflop:g})"}
+    ref = precision_mod.check_reference(sch, net0, flat)
+    name = getattr(ref, "name", "the float64 numpy reference")
+    if ref is None:
+        ref = lambda v: run_network(net0, v, params_mod.split(net0, flat))   # noqa: E731
+    xs = x[:k]
+    try:
+        want = ref(xs)
+    except Exception as e:
+        return {"reference": name, "images": k, **failure(e)}
+    got = [v[:k] for v in (y if isinstance(y, list) else [y])]
+    err = max(close(a, r, TOLERANCE)[1] for a, r in zip(got, want))
+    out = {"reference": name, "images": k, "error": err, "tolerance": TOLERANCE,
+           "within": err <= TOLERANCE}
+    if not out["within"] and hasattr(ref, "resolution"):
+        out["resolution"] = ref.resolution(xs)
+    return out
 
 
 def pinned_run(lib, x, y, warmup, repeats):
@@ -120,36 +179,40 @@ def pinned_run(lib, x, y, warmup, repeats):
         return {"run_pinned_error": f"{type(e).__name__}: {e}"}
 
 
-def torch_e2e(net0, flat, x, device, opts):
-    """PyTorch eager on a model of the same net: device time (CUDA events, input resident) and
-    wall time including the input upload and output download, as our run() does."""
+def torch_e2e(net0, flat, x, device, opts, precision="fp32"):
+    """PyTorch on a model of the same net in `precision` (refs.torch_ref.Precision): eager
+    device time (CUDA events, input resident) and wall time including the input upload and
+    output download, as our run() does (the float input uploaded and cast on the device, the
+    output widened to float there, as our library's casts do); on a GPU also replayed from a
+    CUDA graph and through torch.compile, every way under the same precision settings."""
     t = torch()
-    model = torch_model.build(net0, flat, device)
-    xd = t.from_numpy(x).to(device)
-    with t.no_grad():
-        y = model(xd)
-        ys = [v.float().cpu().numpy() for v in (y if isinstance(y, list) else [y])]
-        timer = Timer(device)
-        warmup, repeats = counts(timer(lambda: model(xd)), opts)
-        for _ in range(warmup):
-            model(xd)
-        sync(device)
-        eager = [timer(lambda: model(xd)) for _ in range(repeats)]
-        walls = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            out = model(t.from_numpy(x).to(device))
-            (out if not isinstance(out, list) else out[0]).cpu()
-            walls.append((time.perf_counter() - t0) * 1e3)
-    res = {"eager_ms": float(np.median(eager)), "wall_ms": float(np.median(walls)),
-           "eager_times": rounded(eager)}
-    if device == "cuda":
-        res.update(_timed_variant("graph", lambda: cuda_graph(model, xd), ys, timer, warmup,
-                                  repeats))
-        for mode in opts.torch_compile:
-            res.update(_timed_variant(f"compile_{mode.replace('-', '_')}",
-                                      lambda m=mode: compiled(model, xd, m), ys, timer, warmup,
-                                      repeats))
+    with Precision(precision, device) as prec:
+        model = prec.model(torch_model.build(net0, flat, device))
+        xd = prec.input(t.from_numpy(x).to(device))
+        with t.no_grad():
+            y = model(xd)
+            ys = [v.float().cpu().numpy() for v in (y if isinstance(y, list) else [y])]
+            timer = Timer(device)
+            warmup, repeats = counts(timer(lambda: model(xd)), opts)
+            for _ in range(warmup):
+                model(xd)
+            sync(device)
+            eager = [timer(lambda: model(xd)) for _ in range(repeats)]
+            walls = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                out = model(prec.input(t.from_numpy(x).to(device)))
+                (out if not isinstance(out, list) else out[0]).float().cpu()
+                walls.append((time.perf_counter() - t0) * 1e3)
+        res = {"eager_ms": float(np.median(eager)), "wall_ms": float(np.median(walls)),
+               "eager_times": rounded(eager), "settings": prec.settings()}
+        if device == "cuda":
+            res.update(_timed_variant("graph", lambda: cuda_graph(model, xd), ys, timer,
+                                      warmup, repeats))
+            for mode in opts.torch_compile:
+                res.update(_timed_variant(f"compile_{mode.replace('-', '_')}",
+                                          lambda m=mode: compiled(model, xd, m), ys, timer,
+                                          warmup, repeats))
     best = [(k, v) for k, v in res.items() if k.endswith("_ms") and k != "wall_ms"]
     if best:
         res["best"], res["best_ms"] = min(best, key=lambda kv: kv[1])

@@ -3,6 +3,7 @@ the tuner's measurer shared by every layer of a run."""
 import time
 
 from ..errors import AotconvError
+from ..precision import DEFAULT as FP32, check as check_precision
 from ..tune.measure import Measurer
 from ..tune.search import parse_budget
 
@@ -24,6 +25,26 @@ def parse_scale(text):
     if n < 1:
         raise AotconvError(f"--scale '{text}': the batch must be >= 1")
     return n
+
+
+def parse_sets(text, layer_sets, precision=FP32):
+    """--sets as a list: `layer_sets` (the per-layer sets' names) and e2e; default every one,
+    or with a --precision other than fp32 e2e alone. The per-layer sets measure FP32 kernels
+    against FP32 references only: naming one with another precision is a one-line error."""
+    known = tuple(layer_sets) + ("e2e",)
+    reduced = check_precision(precision) != FP32
+    if text is None:
+        return ["e2e"] if reduced else list(known)
+    sets = [s.strip() for s in text.split(",") if s.strip()]
+    for s in sets:
+        if s not in known:
+            raise AotconvError(f"unknown set '{s}'; choose from {', '.join(known)}")
+    per_layer = [s for s in sets if s != "e2e"]
+    if reduced and per_layer:
+        raise AotconvError(f"--sets {','.join(per_layer)} with --precision {precision}: only "
+                           f"the end-to-end set (--sets e2e) runs in {precision}; the per-layer "
+                           f"sets compare FP32 kernels (run them without --precision)")
+    return sets
 
 
 def parse_e2e(text):
@@ -52,6 +73,8 @@ class Options:
         self.warmup = a.warmup if a.warmup is not None else (5 if gpu else 2)
         self.max_measure_s = a.max_measure_s or (3.0 if gpu else 1.5)
         self.seed = a.seed
+        # the precision of the end-to-end builds and of PyTorch beside them
+        self.precision = check_precision(getattr(a, "precision", None))
         self.verify_images = a.verify_images
         self.verify_max_gflop = a.verify_max_gflop
         self.workdir = a.workdir

@@ -240,19 +240,83 @@ def summary_line(name, s, ref_label):
     return "; ".join(parts) + "."
 
 
+# how each precision's end-to-end table is headed: what ours and the reference ran in
+PRECISION_HEADINGS = {
+    "fp32": "FP32: ours built with --precision fp32; {ref} in float32, TF32 off",
+    "tf32": ("TF32: ours built with --precision tf32 (TF32 products, FP32 sums, in the conv "
+             "layers a tensor-core variant serves); {ref} in float32 with TF32 allowed "
+             "(cudnn.allow_tf32, cuda.matmul.allow_tf32)"),
+    "fp16": ("FP16: ours built with --precision fp16 (half storage, FP32 math); {ref} "
+             "model.half() on half input, channels_last"),
+}
+
+
+def precision_of(row):
+    """The precision an end-to-end row was measured in (rows from before --precision: fp32)."""
+    return row.get("precision") or "fp32"
+
+
+def by_precision(rows):
+    """{precision: [rows]} in first-seen order: each precision's rows form a table of their
+    own, so that no ratio or column compares two precisions."""
+    out = {}
+    for r in rows:
+        out.setdefault(precision_of(r), []).append(r)
+    return out
+
+
 def e2e_table(rows, ref_label):
-    lines = [f"| network | batch | kernels chosen by | tune + build s | ours run() ms | "
-             f"ours run() from pinned buffers ms | ours kernels ms | "
-             f"{ref_label} eager ms | {ref_label} incl. copies ms | ours/{ref_label} (run vs "
-             f"incl. copies) | ours/{ref_label} (kernels vs eager) | max error vs {ref_label} |",
-             "|" + "---|" * 12]
+    """The end-to-end tables: one (and the table of PyTorch's ways) per precision, each under
+    a heading naming the precision where any row is not fp32 (FP32 alone renders as it did
+    before precisions existed)."""
+    groups = by_precision(rows)
+    if list(groups) == ["fp32"]:
+        return _e2e_table(rows, ref_label, "fp32")
+    parts = []
+    for prec, rs in groups.items():
+        head = PRECISION_HEADINGS.get(prec, prec).format(ref=ref_label)
+        parts += [f"### {head}", "", _e2e_table(rs, ref_label, prec), ""]
+    return "\n".join(parts).rstrip("\n")
+
+
+def numpy_cell(r):
+    """The row's check against the float64 numpy reference of its build's --check."""
+    c = r.get("numpy")
+    if not c:
+        return "-"
+    if c.get("skipped"):
+        return f"skipped: {c['skipped']}"
+    if c.get("error") is None or isinstance(c.get("error"), str):
+        return f"failed: {c.get('error', '?')}"[:80]
+    t = c.get("tolerance", 1e-3)
+    text = (f"{c['error']:.1e} on {c.get('images', '?')} image(s), "
+            + (f"within T = {t:g}" if c.get("within") else f"**past T = {t:g}**"))
+    if c.get("resolution") is not None:
+        text += f" (the reference in float32 vs float64: {c['resolution']:.1e})"
+    return text
+
+
+def _e2e_table(rows, ref_label, prec):
+    # the columns of a reduced precision say it, and add what ours computed in and its check
+    # against the numpy reference; an fp32 table is as it was
+    tag = "" if prec == "fp32" else f" {prec}"
+    ours, ref = f"ours{tag}", f"{ref_label}{tag}"
+    extra = prec != "fp32"
+    lines = [f"| network | batch | kernels chosen by | tune + build s | {ours} run() ms | "
+             f"{ours} run() from pinned buffers ms | {ours} kernels ms | "
+             f"{ref} eager ms | {ref} incl. copies ms | {ours}/{ref} (run vs "
+             f"incl. copies) | {ours}/{ref} (kernels vs eager) | max error vs {ref} |"
+             + (f" {ours} computes in | {ours} vs the float64 numpy reference |" if extra
+                else ""),
+             "|" + "---|" * (14 if extra else 12)]
     for r in rows:
         o, t = r.get("ours") or {}, r.get("torch") or {}
         b0 = r.get("batch_orig", r["batch"])
         scaled = f" (scaled from {b0})" if b0 != r["batch"] else ""
         if o.get("error"):
             lines.append(f"| {r['net']} | {r['batch']} | {r.get('mode', '')} | "
-                         f"{_f(r.get('build_s'), '{:.1f}')} | {o['error']} | | | | | | | |")
+                         f"{_f(r.get('build_s'), '{:.1f}')} | {o['error']} | | | | | | | |"
+                         + (" | |" if extra else ""))
             continue
         lines.append(
             f"| {r['net']} | {r['batch']}{scaled} | {r.get('mode', '')} | "
@@ -261,15 +325,16 @@ def e2e_table(rows, ref_label):
             f"{_ms(o.get('kernels_ms'))} | "
             f"{_ms(t.get('eager_ms')) if t.get('eager_ms') else t.get('note', '-')} | "
             f"{_ms(t.get('wall_ms'))} | {_f(r.get('ratio_wall'), '{:.2f}')} | "
-            f"{_f(r.get('ratio_kernels'), '{:.2f}')} | {_f(r.get('max_error'), '{:.1e}')} |")
+            f"{_f(r.get('ratio_kernels'), '{:.2f}')} | {_f(r.get('max_error'), '{:.1e}')} |"
+            + (f" {o.get('computes', '-')} | {numpy_cell(r)} |" if extra else ""))
     ways = _torch_ways(rows)
     if ways:
-        lines += ["", f"The best {ref_label} time of each network, every way it was run on a "
-                      f"device-resident input (CUDA events), against ours from the pinned "
+        lines += ["", f"The best {ref} time of each network, every way it was run on a "
+                      f"device-resident input (CUDA events), against {ours} from the pinned "
                       f"buffers (or numpy memory where those were not had):", "",
-                  "| network | batch | ours kernels | ours ms | " + " | ".join(f"{ref_label} {w} ms"
-                                                            for w in ways)
-                  + f" | best {ref_label} | ours / best |",
+                  f"| network | batch | {ours} kernels | {ours} ms | "
+                  + " | ".join(f"{ref} {w} ms" for w in ways)
+                  + f" | best {ref} | {ours} / best |",
                   "|" + "---|" * (6 + len(ways))]
         for r in rows:
             o, t = r.get("ours") or {}, r.get("torch") or {}
@@ -347,10 +412,25 @@ def markdown(doc):
               f"download), median of up to {doc.get('repeats')}; kernels is the sum of its per-kernel "
               f"profile. {ref_label} eager runs a torch model built from the same net.yaml with "
               f"the same weights (aotconv.torch_model); outputs are compared before timing.", "",
+              *_precision_paragraph(doc["e2e"], ref_label),
               e2e_table(doc["e2e"], ref_label), ""]
     if doc.get("notes"):
         L += ["## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [""]
     return "\n".join(L)
+
+
+def _precision_paragraph(rows, ref_label):
+    """What the end-to-end section's reduced-precision tables compare, where it has any."""
+    if set(by_precision(rows)) <= {"fp32"}:
+        return []
+    return [f"Each precision has its table: ours built with `--precision` P against {ref_label} "
+            f"run in P (TF32 allowed in float32, or the model in half and channels_last), "
+            f"so every ratio compares one precision. Outside FP32 {ref_label}'s output is "
+            f"another rounding of the model, reported but no reference: each tf32 or fp16 "
+            f"library is also checked against the float64 numpy reference that its build's "
+            f"--check uses (the operands, or the weights and stored outputs, rounded as the "
+            f"library rounds them; docs/precision.md) with the FP32 tolerance T, on the first "
+            f"images of the batch.", ""]
 
 
 def text_table(doc):
@@ -376,11 +456,16 @@ def text_table(doc):
         o, t = r.get("ours") or {}, r.get("torch") or {}
         pinned = (f" (from pinned buffers {o['run_pinned_ms']:.3f} ms)"
                   if o.get("run_pinned_ms") else "")
-        L.append(f"e2e {r['net']} b{r['batch']}: run() {_f(o.get('run_ms'), '{:.3f}')} ms{pinned}, "
+        prec = precision_of(r)
+        c = r.get("numpy") or {}
+        check = (f"; vs numpy {c['error']:.1e} ({'within' if c.get('within') else 'past'} T)"
+                 if isinstance(c.get("error"), float) else "")
+        L.append(f"e2e {r['net']} b{r['batch']}{'' if prec == 'fp32' else ' ' + prec}: run() "
+                 f"{_f(o.get('run_ms'), '{:.3f}')} ms{pinned}, "
                  f"kernels {_f(o.get('kernels_ms'), '{:.3f}')} ms; {ref_label} eager "
                  f"{_f(t.get('eager_ms'), '{:.3f}')} ms; tune+build "
                  f"{_f(r.get('build_s'), '{:.1f}')} s"
-                 + (f"; {o['error']}" if o.get("error") else ""))
+                 + check + (f"; {o['error']}" if o.get("error") else ""))
     return "\n".join(L)
 
 

@@ -3,7 +3,7 @@ markdown) without running anything."""
 import json
 from pathlib import Path
 
-from .report import finish, text_table, write
+from .report import finish, precision_of, text_table, write
 
 
 def e2e_mode(row, doc):
@@ -32,14 +32,15 @@ def merge_rows(rows, new, key):
 def rerender(a):
     """--from-json: merge bench JSON files and write the markdown (and the merged JSON) without
     running anything. Rows are appended in order; a later row for the same layer (or network,
-    batch and mode) replaces an earlier one unless it failed where that one did not."""
+    batch, mode and precision) replaces an earlier one unless it failed where that one did not."""
     docs = [json.loads(Path(p).read_text()) for p in a.from_json]
     for d in docs:
         for r in d.get("e2e", []):
             r["mode"] = e2e_mode(r, d)
     doc = docs[0]
     commands = list(doc.get("commands") or [doc["command"]])
-    e2e_key = lambda r: (r["net"], r["batch"], r.get("mode"))
+    # a network's rows of two precisions are two rows, never one replacing the other
+    e2e_key = lambda r: (r["net"], r["batch"], r.get("mode"), precision_of(r))
     rows = list(doc.get("e2e", []))
     doc["e2e"] = []
     merge_rows(doc["e2e"], rows, e2e_key)

@@ -8,13 +8,12 @@ import sys
 import time
 
 from .. import __version__
-from ..errors import AotconvError
 from ..targets import get_target
 from ..variants import VARIANTS
 from .device import Device, environment, target_dict
 from .e2e import bench_e2e
 from .layer import bench_layer, skeleton, tune_layers
-from .options import Options, parse_e2e
+from .options import Options, parse_e2e, parse_sets
 from .refs import NAMES as REF_NAMES, Refs
 from .report import finish, log, text_table, write
 from .rerender import rerender
@@ -36,12 +35,10 @@ def cmd_bench(a):
         # idle OpenMP threads must sleep, not spin: spinning ones starve PoCL's (and torch's
         # own, on a loaded machine, by 100x: 80 ms instead of 0.4 ms for a small conv)
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # before the device is opened: a set the precision cannot run is a one-line error
+    sets = parse_sets(a.sets, SET_NAMES, getattr(a, "precision", None))
     dev = Device(target)
     opts = Options(a, dev.target)
-    sets = [s.strip() for s in (a.sets or ",".join(SET_NAMES + ("e2e",))).split(",") if s.strip()]
-    for s in sets:
-        if s not in SET_NAMES + ("e2e",):
-            raise AotconvError(f"unknown set '{s}'; choose from {', '.join(SET_NAMES + ('e2e',))}")
     patterns = [p for p in (a.layers or "").split(",") if p]
     date = datetime.date.today().isoformat()
     out, md = default_paths(a, target.name, date)
@@ -56,7 +53,7 @@ def cmd_bench(a):
            "budget": (f"{opts.budget} per layer" if opts.budget and not opts.set_budget else
                       f"{opts.set_budget} per set" if opts.set_budget else
                       "tuner default per layer" if opts.mode == "tune" else None),
-           "e2e_budget": opts.e2e_budget, "repeats": opts.repeats, "warmup": opts.warmup,
+           "e2e_budget": opts.e2e_budget, "precision": opts.precision, "repeats": opts.repeats, "warmup": opts.warmup,
            "max_measure_s": opts.max_measure_s,
            "verify_images": opts.verify_images,
            "scale": (f"batch capped at N={opts.max_batch} (layers and end to end); the "

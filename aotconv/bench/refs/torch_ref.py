@@ -5,6 +5,8 @@ GPU times are CUDA events around each call (device time, one call per event pair
 launch gap is not counted but every kernel cuDNN runs is); CPU times are perf_counter around
 each call. `TorchConv` is a subject of aotconv.protocol: it is verified and timed (warm-up,
 median of repeats, rotating over `copies` sets of tensors) exactly as our kernels are.
+`Precision` runs a whole model end to end in the precision of one of our builds (TF32
+allowed, or half and channels_last) and restores the FP32 settings after it.
 
 torch is imported only when called: it is optional, and loading it costs seconds.
 """
@@ -45,6 +47,73 @@ def configure(device):
         pass
     return {"cudnn.benchmark": True, "cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False,
             "threads": t.get_num_threads(), "device": device}
+
+
+class Precision:
+    """How PyTorch runs a model in the precision of one of our builds (`aotconv bench
+    --precision`), as a PyTorch user would ask for it:
+
+        fp32  the float32 model with TF32 off (configure's settings, unchanged);
+        tf32  the float32 model with TF32 allowed in cuDNN's convolutions and in matmuls
+              (cudnn.allow_tf32, cuda.matmul.allow_tf32), for as long as the `with` block
+              lasts: the settings before it are restored after it;
+        fp16  model.half() in the channels_last memory format, its input cast to half and
+              channels_last on the device (a user's half model: cuDNN's and PyTorch's own half
+              kernels, whatever they accumulate in).
+
+    The flags are CUDA's: on a CPU, tf32 runs in FP32 and `settings` says so."""
+
+    def __init__(self, name, device="cpu"):
+        self.name, self.device = name, device
+        self._saved = None
+
+    def __enter__(self):
+        if self.name == "tf32":
+            t = torch()
+            self._saved = (t.backends.cudnn.allow_tf32, t.backends.cuda.matmul.allow_tf32,
+                           t.get_float32_matmul_precision())
+            t.backends.cudnn.allow_tf32 = True
+            t.backends.cuda.matmul.allow_tf32 = True
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is not None:
+            t = torch()
+            cudnn, matmul, highest = self._saved
+            t.backends.cudnn.allow_tf32 = cudnn
+            t.backends.cuda.matmul.allow_tf32 = matmul
+            t.set_float32_matmul_precision(highest)
+            self._saved = None
+        return False
+
+    @property
+    def half(self):
+        return self.name == "fp16"
+
+    def model(self, m):
+        """The float32 model `m` as this precision runs it."""
+        if self.half:
+            return m.half().to(memory_format=torch().channels_last)
+        return m
+
+    def input(self, x):
+        """A float32 input tensor on the device as the model of this precision takes it."""
+        if self.half:
+            x = x.half()
+            return x.contiguous(memory_format=torch().channels_last) if x.dim() == 4 else x
+        return x
+
+    def settings(self):
+        """What the JSON records of how PyTorch ran (the flags as they are now: inside the
+        `with` block, the ones the model ran with)."""
+        t = torch()
+        s = {"precision": self.name, "dtype": "float16" if self.half else "float32",
+             "memory_format": "channels_last" if self.half else "contiguous (NCHW)",
+             "cudnn.allow_tf32": bool(t.backends.cudnn.allow_tf32),
+             "cuda.matmul.allow_tf32": bool(t.backends.cuda.matmul.allow_tf32)}
+        if self.name == "tf32" and self.device != "cuda":
+            s["note"] = "the TF32 flags are CUDA's: PyTorch on a CPU computes in FP32"
+        return s
 
 
 def sync(device):
