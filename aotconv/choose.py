@@ -67,7 +67,8 @@ class Choice:
     variant: str
     cfg: Config
     time_ms: float = None
-    source: str = "fallback"        # "tuned" | "record" | "fallback"
+    source: str = "fallback"        # "tuned" | "record" | "fallback" | "record of <epilogue>"
+                                    # (borrowed: a twin signature's record, no time here)
     stats: Stats = field(default_factory=Stats)
 
     @property
@@ -134,6 +135,9 @@ def _choice_of(result, source):
     if result.best is None:
         fb = result.fallback
         return Choice(fb.variant, fb.cfg, None, "fallback", st)
+    if result.borrowed is not None:
+        # the twin's time is not this layer's: none is given (tune.records.borrow)
+        return Choice(result.best.variant, result.best.cfg, None, result.borrowed.source, st)
     return Choice(result.best.variant, result.best.cfg, result.best_outcome.time_ms, source, st)
 
 
@@ -174,17 +178,21 @@ def choose(net, ctx, *, only=None, **options):
                                       where=ctx.where)
         source = "tuned"
     else:
-        results = search.records_only(groups, ctx.target, ctx.store, ctx.device)
+        results = search.records_only(groups, ctx.target, ctx.store, ctx.device, borrow=True)
         source = "record"
 
-    out, untuned = {}, []
+    out, untuned, borrowed = {}, [], []
     for g in groups:
         r = results[g[0].signature_str()]
         c = _choice_of(r, source)
         if c.source == "fallback":
             untuned.extend(l.name for l in g)
+        elif r.borrowed is not None:
+            borrowed.append((g, r.borrowed))
         for l in g:
             out[l.name] = c
+    if borrowed:
+        _warn_borrowed(ctx, borrowed, len(layers))
     if untuned:
         why = ("no matching OpenCL device is present" if not ctx.present else
                "the device is present but records were asked for" if ctx.mode == "records" else
@@ -199,6 +207,21 @@ def choose(net, ctx, *, only=None, **options):
                                            "--require-tuned refuses the untuned fallback"))
         ctx.progress.warn(msg)
     return {l.name: out[l.name] for l in layers}
+
+
+def _warn_borrowed(ctx, borrowed, total):
+    """The build's line for layers that run a twin signature's recorded point
+    (tune.records.borrow): which, from which epilogue, and that its time is not theirs.
+    --require-tuned accepts them (docs/tuning.md, Borrowed records)."""
+    name = ctx.profile.name
+    k = sum(len(g) for g, _ in borrowed)
+    each = "; ".join(f"{', '.join(l.name for l in g)}: {b.candidate.variant} {b.candidate.cfg} "
+                     f"from the {b.source} ({b.outcome.time_ms:.4g} ms there)"
+                     for g, b in borrowed)
+    ctx.progress.warn(
+        f"target '{name}': {k} of {total} layers have no tuning record of their own and run "
+        f"the point recorded for the same shapes with another epilogue, not timed at theirs: "
+        f"{each}. Tune them with `aotconv tune NET --target {name}` to time their own.")
 
 
 def space_report(layer, target, exact=False):

@@ -176,6 +176,107 @@ def stamp_kernels(records, variants=None):
     return stamped, already, left
 
 
+# -- records of the same shapes with another epilogue ------------------------------------------
+
+def epilogue_fields():
+    """The attributes of a layer's epilogue, what it does to each output after its main loop:
+    the bias, the fused activation (act, alpha and the extras an act reads, graph.ACT_EXTRAS)
+    and a fused residual add (`residual`, with its second input)."""
+    from ..graph import ACT_EXTRAS
+    extras = sorted({k for ks in ACT_EXTRAS.values() for k in ks})
+    return ("act", "alpha", *extras, "bias", "residual")
+
+
+def twin_key(op):
+    """What an op signature (Layer.signature_str) holds besides its epilogue: the op, the
+    shapes of the inputs its main loop reads (a residual's input left out), the output shape
+    and every other attribute (storage included). Two signatures of one key are twins: the
+    same kernel but for the epilogue. Only a layer with a fused epilogue (an `act` attribute,
+    not an activation op itself, whose alpha is its own) has one; any other signature's key
+    is itself, so it has no twins. None when `op` does not parse."""
+    from ..graph import ACT_OPS
+    from .strategies.seeding import parse_signature
+    parsed = parse_signature(op)
+    if parsed is None:
+        return None
+    name, shapes, out, attrs = parsed
+    if "act" not in attrs or name in ACT_OPS:
+        return (op,)
+    if attrs.get("residual") and len(shapes) > 1:
+        shapes = shapes[:-1]
+    drop = epilogue_fields()
+    rest = ",".join(f"{k}={v!r}" for k, v in sorted(attrs.items()) if k not in drop)
+    return (name, tuple(shapes), out, rest)
+
+
+def epilogue_difference(op, other):
+    """The epilogue fields in which signature `other` differs from `op`, as `other` has them:
+    "bias=True", "act=relu", "no residual" (text for a choice's source)."""
+    from .strategies.seeding import parse_signature
+    a, b = parse_signature(op)[3], parse_signature(other)[3]
+    out = []
+    for k in epilogue_fields():
+        if a.get(k) == b.get(k):
+            continue
+        out.append(f"no {k}" if k not in b else f"{k}={b[k]}")
+    return ",".join(out)
+
+
+class Borrowed:
+    """A layer's choice taken from the records of a twin signature (twin_key): the twin's op
+    signature, how its epilogue differs, the point (variant, configuration) and what the
+    record measured, on the twin: not this layer's time."""
+
+    def __init__(self, layer_op, op, candidate, outcome):
+        self.op, self.candidate, self.outcome = op, candidate, outcome
+        self.epilogue = epilogue_difference(layer_op, op)
+
+    @property
+    def source(self):
+        """The choice's source in tuning.json, report.md and the build's log."""
+        return f"record of {self.epilogue}"
+
+    def __repr__(self):
+        return f"Borrowed({self.candidate} from {self.op})"
+
+
+def borrow(layer, target, store, device=None, exclude=()):
+    """The Borrowed point of `layer` (which has no usable record of its own): of the ok
+    records of its twins (Store.twins) that match a Key of the twin (this device, or the
+    target's name when absent; this version; the variant's template or kernel hash), the
+    fastest whose point is a point of `layer`'s own space (its variant serves this layer's
+    epilogue and this build's precision, the configuration passes this layer's constraints
+    and the target's limits: space.checked_space), `exclude` (Candidates this layer's own
+    records say failed) left out; None when there is none. Ties: the twin's signature, then
+    the point, in text order."""
+    from ..space import Candidate, checked_space
+    from ..variants import for_layer
+    found = []
+    mine = {v.name for v in for_layer(layer)}
+    for op in store.twins(layer.signature_str()):
+        twin = layer_of(op)
+        if twin is None:
+            continue
+        for v in for_layer(twin):
+            if v.name not in mine:
+                continue
+            for cfg, o in store.lookup(Key(twin, v, target, device)).items():
+                if o.ok and Candidate(v.name, cfg) not in exclude:
+                    found.append((o.cost, op, Candidate(v.name, cfg), o))
+    if not found:
+        return None
+    points = {}
+    for _, _, c, _ in found:
+        points.setdefault(c.variant, []).append(c.cfg)
+    sp = checked_space(layer, target, points)
+    valid = {Candidate(p.variant.name, c) for p in sp.parts for c in p.points}
+    found = [f for f in found if f[2] in valid]
+    if not found:
+        return None
+    _, op, cand, o = min(found, key=lambda f: (f[0], f[1], str(f[2])))
+    return Borrowed(layer.signature_str(), op, cand, o)
+
+
 # -- what a well-formed record is --------------------------------------------------------------
 
 _STATUSES = frozenset(s.value for s in Status)
@@ -394,6 +495,7 @@ class Store:
         self.write_paths = [Path(p) for p in write]
         self.required = {Path(p) for p in required}   # unreadable: an error, not a warning
         self._by_op = None
+        self._twin_keys = {}                          # op -> twin_key(op)
         self.malformed = 0                            # damaged lines skipped
 
     @classmethod
@@ -430,6 +532,21 @@ class Store:
                 except (ValueError, KeyError, TypeError):
                     self.malformed += 1
         return out
+
+    def twins(self, op):
+        """The other op signatures the records hold that are twins of `op` (twin_key: the same
+        but for the epilogue), in text order."""
+        self._load()
+        key = self._twin_key(op)
+        if key is None or len(key) == 1:
+            return []
+        ops = {o for o, _ in self._by_op} - {op}
+        return sorted(o for o in ops if self._twin_key(o) == key)
+
+    def _twin_key(self, op):
+        if op not in self._twin_keys:
+            self._twin_keys[op] = twin_key(op)
+        return self._twin_keys[op]
 
     def append(self, key, cfg, outcome, **extra):
         """Write one record to every write path, as one whole line in one write (a killed run

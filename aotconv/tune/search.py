@@ -438,6 +438,8 @@ class LayerResult:
                                # its timed runs (its load and first launch, where PoCL makes
                                # its native code), for those measured in this run after the
                                # layer's first
+    borrowed: object = None    # records.Borrowed: `best` is a twin signature's recorded
+                               # point (records_only with borrow), best_outcome None
 
 
 def fallback_candidate(layer, target, space=None):
@@ -807,9 +809,12 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
     return {g[0].signature_str(): results[g[0].signature_str()] for g in groups}
 
 
-def records_only(groups, target, store, device=None):
+def records_only(groups, target, store, device=None, borrow=False):
     """{signature: LayerResult} from records alone (no device needed). The recorded points
-    are checked one by one against the current constraints and limits, not enumerated."""
+    are checked one by one against the current constraints and limits, not enumerated.
+    borrow=True: a layer with no ok record of its own takes the best recorded point of a
+    signature that differs from its own only in the epilogue (records.borrow), as
+    `borrowed`, with no time of its own."""
     from ..space import checked_space
     from ..variants import for_layer
     results = {}
@@ -820,6 +825,11 @@ def records_only(groups, target, store, device=None):
                     for p in sp.parts for c in p.points}
         valid = [(o.cost, c) for c, o in outcomes.items() if o.ok]
         best = min(valid, key=lambda x: (x[0], str(x[1])))[1] if valid else None
+        lent = None
+        if best is None and borrow:
+            from .records import borrow as borrow_point
+            lent = borrow_point(g[0], target, store, device, exclude=set(outcomes))
+            best = lent.candidate if lent is not None else None
         try:
             fb = fallback_candidate(g[0], target, sp)
         except AotconvError:
@@ -827,5 +837,5 @@ def records_only(groups, target, store, device=None):
                 raise
             fb = best
         results[g[0].signature_str()] = LayerResult(g, sp, best, outcomes.get(best), outcomes,
-                                                    fb, strategy="records")
+                                                    fb, strategy="records", borrowed=lent)
     return results

@@ -29,6 +29,13 @@ against a 3x3 about 1.2. The `NEIGHBOURS` nearest signatures within MAX_DISTANCE
 (past it, in the study of docs/tuning.md, the records misled more searches than they helped);
 from each, its `PER_SIGNATURE` fastest points (over the variants the layer's space has), the
 nearest signature's best first.
+
+Twins come before them all: the signatures that differ from the layer's only in the epilogue
+(tune.records.twin_key: the bias, the fused activation, a fused residual add, which the
+distance above counts as 1 each, or as not similar at all for a residual's extra input). They
+are used whatever their number and distance (which is how many epilogue fields differ), and
+their `PER_SIGNATURE` fastest points are the first seeds, fastest first: the first, where it
+is a point of the layer's grid, is what a records-only build would borrow (records.borrow).
 """
 import ast
 from dataclasses import dataclass, field
@@ -191,6 +198,7 @@ class Library:
     def __init__(self):
         self.by_op = {}
         self._parsed = {}
+        self._twins = {}                       # op -> records.twin_key(op)
 
     def add(self, op, variant, cfg, time_ms):
         if time_ms is None or not (time_ms > 0) or not math.isfinite(time_ms):
@@ -251,13 +259,34 @@ class Library:
             self._parsed[op] = parse_signature(op)
         return self._parsed[op]
 
-    def nearest(self, op, k=NEIGHBOURS, variants=None):
+    def twins(self, op, variants=None):
+        """[(distance, op)] of the other signatures that have ok records of any of `variants`
+        (default: any) and differ from `op` only in the epilogue (records.twin_key: bias,
+        activation, residual), the distance being how many epilogue fields differ; fewest
+        first."""
+        from ..records import epilogue_difference, twin_key
+        if op not in self._twins:
+            self._twins[op] = twin_key(op)
+        key, out = self._twins[op], []
+        if key is None or len(key) == 1:
+            return out
+        for other, byv in self.by_op.items():
+            if other == op or (variants is not None and not set(byv) & set(variants)):
+                continue
+            if other not in self._twins:
+                self._twins[other] = twin_key(other)
+            if self._twins[other] == key:
+                out.append((float(len(epilogue_difference(op, other).split(","))), other))
+        return sorted(out)
+
+    def nearest(self, op, k=NEIGHBOURS, variants=None, exclude=()):
         """[(distance, op)] of the k nearest other signatures (finite distance) that have ok
-        records of any of `variants` (default: any)."""
+        records of any of `variants` (default: any), the ops in `exclude` left out."""
         me = self._sig(op)
         out = []
         for other, byv in self.by_op.items():
-            if other == op or (variants is not None and not set(byv) & set(variants)):
+            if other == op or other in exclude or \
+                    (variants is not None and not set(byv) & set(variants)):
                 continue
             d = distance(me, self._sig(other))
             if d <= MAX_DISTANCE:
@@ -269,14 +298,15 @@ class Library:
               exclude=()):
         """Hints for the layer of signature `op` searching `grid` (space.Grid)."""
         variants = list(grid.values[0]) if len(grid) else []
-        near = self.nearest(op, k, variants)
+        twins = self.twins(op, variants)
+        near = twins + self.nearest(op, k, variants, exclude={o for _, o in twins})
         h = Hints(sources=near)
         if not near:
             return h
         taken = set(exclude)
-        ranked = []                    # (rank, distance, index) of every candidate seed
+        ranked = []                    # (not a twin, rank, distance, ...) of every candidate seed
         rows, ys, ws = [], [], []
-        for d, other in near:
+        for i, (d, other) in enumerate(near):
             byv = self.by_op[other]
             best = min(t for v in variants for t in byv.get(v, {}).values())
             weight = 1.0 / (1.0 + d)
@@ -290,9 +320,13 @@ class Library:
                 ys.append(math.log(t / best))
                 ws.append(weight)
                 if rank < per:
-                    ranked.append((rank, d, t / best, v, cfg))
-        ranked.sort(key=lambda r: (r[0], r[1], r[2]))
-        for _, _, _, v, cfg in ranked:
+                    order = (0, rank, t) if i < len(twins) else (1, rank, d, t / best)
+                    ranked.append((order, v, cfg))
+        # the twins' points first (the same shapes, another epilogue: the fastest is what a
+        # records-only build borrows), fastest first; then every other signature's fastest,
+        # nearest first, before any one's second
+        ranked.sort(key=lambda r: r[0])
+        for _, v, cfg in ranked:
             if len(h.seeds) >= max_seeds:
                 break
             i = snap(grid, v, cfg, exclude=taken)
