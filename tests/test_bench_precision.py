@@ -39,6 +39,7 @@ def test_a_reduced_precision_runs_the_end_to_end_set_alone():
     for p in ("tf32", "fp16"):
         assert parse_sets(None, SET_NAMES, p) == ["e2e"]
         assert parse_sets("e2e", SET_NAMES, p) == ["e2e"]
+        assert parse_sets("", SET_NAMES, p) == ["e2e"]         # an empty --sets: the default
     assert parse_sets("vgg16_n1,e2e", SET_NAMES) == ["vgg16_n1", "e2e"]
 
 
@@ -328,3 +329,17 @@ def test_lenet5_end_to_end_in_fp16_on_pocl(tmp_path):
         assert 0 < row["max_error"] < 1e-2 and row["ratio_wall"] > 0
     else:
         assert "not asked for" in t["note"] and "max_error" not in row
+    # the check of an fp16 library past T says how far the half model in float32 is from it
+    from aotconv.compiler import compile_network
+    net0 = spec.load_network("lenet5", batch=1)
+    flat = params_mod.random_params(net0, seed=0)
+    built = compile_network("lenet5", target="pocl-cpu", outdir=tmp_path / "again", batch=1,
+                            tune_mode="fallback", quiet=True, measure=False,
+                            precision="fp16")
+    x = np.random.default_rng(1).standard_normal(net0.input_shape).astype(np.float32)
+    y = precision.HalfReference(built.schedule, flat)(x)[0]
+    assert numpy_check(built.schedule, net0, flat, x, y, OPTS)["error"] == 0.0
+    y[0, 2] += 0.01
+    c = numpy_check(built.schedule, net0, flat, x, y, OPTS)
+    assert not c["within"] and c["error"] == pytest.approx(0.01, rel=1e-2)
+    assert c["resolution"] == 0.0                  # lenet5's half model: the same in float32

@@ -33,7 +33,7 @@ def parse_sets(text, layer_sets, precision=FP32):
     against FP32 references only: naming one with another precision is a one-line error."""
     known = tuple(layer_sets) + ("e2e",)
     reduced = check_precision(precision) != FP32
-    if text is None:
+    if not text:
         return ["e2e"] if reduced else list(known)
     sets = [s.strip() for s in text.split(",") if s.strip()]
     for s in sets:
