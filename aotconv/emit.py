@@ -197,7 +197,7 @@ def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
         (f"runtime/{f.name}", f"rt_{f.stem}.o") for f in sorted(runtime.glob("*.c"))]
     (out / "build.ninja").write_text(_render(
         "c/build.ninja.mako", name=name, version=__version__, cc=cc or os.environ.get("CC", "cc"),
-        runtime_dir="runtime", ldflags="-lOpenCL", objects=objects))
+        runtime_dir="runtime", ldflags="-lOpenCL -pthread", objects=objects))
     (out / f"{name}.pc").write_text(_render(
         "c/net.pc.mako", name=name, target=target.name, version=__version__,
         prefix=str(Path(prefix or out).resolve())))

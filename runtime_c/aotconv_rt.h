@@ -60,6 +60,11 @@
 #define aotrt_build_programs AOTRT_SYM(build_programs)
 #define aotrt_enqueue AOTRT_SYM(enqueue)
 #define aotrt_stage_setup AOTRT_SYM(stage_setup)
+#define aotrt_pool_new AOTRT_SYM(pool_new)
+#define aotrt_pool_threads AOTRT_SYM(pool_threads)
+#define aotrt_pool_copy AOTRT_SYM(pool_copy)
+#define aotrt_pool_free AOTRT_SYM(pool_free)
+#define aotrt_cpu_count AOTRT_SYM(cpu_count)
 #define aotrt_halves_from_floats AOTRT_SYM(halves_from_floats)
 
 /* Error codes, the same for every emitted library (documented in the generated header). */
@@ -215,12 +220,26 @@ typedef struct {
     int profile;              /* keep per-kernel events for profile(); default on */
     int source_only;          /* 1: compile the embedded source even where a binary is there */
     long stage_bytes;         /* run()'s staging chunk: 0 default, < 0 no staging */
+    int stage_threads;        /* threads copying into and out of the staging ring: 0 default
+                                 (the CPUs, at most AOTRT_STAGE_THREADS_DEFAULT), 1 the caller
+                                 alone, above AOTRT_STAGE_THREADS_MAX that maximum, < 0 an
+                                 error */
 } aotrt_options;
 
 /* run()'s staging: pageable input and output go through a ring of pinned chunks, so that the
  * memcpy of one chunk overlaps the DMA of the one before (docs/design-choices.md). */
 #define AOTRT_STAGE_BYTES (4L << 20)   /* best of 1-16 MiB for a 75 MiB input on an H100 */
 #define AOTRT_STAGE_SLOTS 4
+/* The threads that copy a chunk into its slot (and out of it): the caller and a pool made by
+ * create (rt_pool.c), each thread a contiguous part of at least AOTRT_STAGE_PART bytes (a
+ * smaller part costs more to hand over than to copy). */
+#define AOTRT_STAGE_THREADS_DEFAULT 8  /* one thread copies ~7-8 GB/s; 8 reach the DMA's rate */
+#define AOTRT_STAGE_THREADS_MAX 64
+#define AOTRT_STAGE_PART (256L << 10)
+
+/* A pool of threads for large memcpy: aotrt_pool_copy splits a copy into contiguous parts,
+ * the caller copies one and the pool's threads the others, and returns when all are done. */
+typedef struct aotrt_pool aotrt_pool;
 
 typedef struct {
     size_t activation_bytes, parameter_bytes, variant_bytes, scratch_bytes, device_bytes;
@@ -253,6 +272,7 @@ typedef struct aotrt_net {
     int stage_slots;
     cl_mem stage_mem;         /* the staging ring: stage_slots x stage_bytes, pinned, mapped */
     unsigned char *stage_ptr;
+    aotrt_pool *stage_pool;   /* the threads that copy beside the caller; NULL: the caller alone */
     char error[2048];
 } aotrt_net;
 
@@ -312,6 +332,14 @@ const char *aotrt_shown(const char *text, char *buf, size_t size);
 int aotrt_build_programs(aotrt_net *n, const aotrt_options *o);
 int aotrt_enqueue(aotrt_net *n, int launch, cl_event *ev);
 int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o);
+/* A pool of up to `threads` - 1 threads (fewer where they cannot be made; NULL for none),
+ * aotrt_pool_threads of them; copies split into parts of at least `part` bytes. */
+aotrt_pool *aotrt_pool_new(int threads, size_t part);
+int aotrt_pool_threads(const aotrt_pool *p);
+/* memcpy(dst, src, len) by the caller and the pool's threads (NULL pool: by the caller). */
+void aotrt_pool_copy(aotrt_pool *p, void *dst, const void *src, size_t len);
+void aotrt_pool_free(aotrt_pool *p);            /* joins the threads; NULL-safe */
+int aotrt_cpu_count(void);                      /* the CPUs this process may run on, >= 1 */
 /* `count` floats as IEEE binary16 bits, rounded to nearest even (rt_half.c) */
 void aotrt_halves_from_floats(uint16_t *dst, const float *src, size_t count);
 

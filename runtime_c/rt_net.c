@@ -41,8 +41,8 @@ static int make_kernel(aotrt_net *n, int i)
     return AOTRT_OK;
 }
 
-/* Everything of a handle once its context, queue and device are set: buffers, programs,
- * kernels with their arguments, run()'s staging ring. */
+/* Everything of a handle once its context, queue and device are set: run()'s staging ring
+ * and its threads, buffers, programs, kernels with their arguments. */
 static int setup(aotrt_net *n, const aotrt_options *o)
 {
     const aotrt_desc *d = n->desc;
@@ -54,6 +54,10 @@ static int setup(aotrt_net *n, const aotrt_options *o)
     n->ran = calloc((size_t)d->nsizes, 1);
     if (!n->programs || !n->kernels || !n->buffers || !n->events || !n->ran)
         return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    /* first: its options are checked before the programs are built */
+    int rc = aotrt_stage_setup(n, o);
+    if (rc)
+        return rc;
 
     for (int i = 0; i < d->nbuffers; ++i) {
         n->buffers[i] = clCreateBuffer(n->ctx, CL_MEM_READ_WRITE, d->buffers[i].bytes, NULL, &err);
@@ -62,13 +66,12 @@ static int setup(aotrt_net *n, const aotrt_options *o)
                                    "%s: clCreateBuffer(%s, %zu bytes) failed: %s", d->net,
                                    d->buffers[i].name, d->buffers[i].bytes, aotrt_cl_error_name(err));
     }
-    int rc = aotrt_build_programs(n, o);
-    if (rc)
+    if ((rc = aotrt_build_programs(n, o)))
         return rc;
     for (int i = 0; i < d->nlaunches; ++i)
         if ((rc = make_kernel(n, i)))
             return rc;
-    return aotrt_stage_setup(n, o);
+    return AOTRT_OK;
 }
 
 static aotrt_net *new_handle(const aotrt_desc *d, const aotrt_options *o)
@@ -503,6 +506,7 @@ void aotrt_destroy(aotrt_net *n)
     if (!n)
         return;
     const aotrt_desc *d = n->desc;
+    aotrt_pool_free(n->stage_pool);    /* joins the staging threads */
     for (int i = 0; i < 2; ++i)
         if (n->host_ptr[i])
             clEnqueueUnmapMemObject(n->queue, n->host_mem[i], n->host_ptr[i], 0, NULL, NULL);

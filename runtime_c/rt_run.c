@@ -10,9 +10,11 @@
  *
  * run() copies pageable input and output memory through a ring of pinned chunks (the staging
  * ring, made by create): the host copies chunk k into a free slot while the device copies
- * chunk k-1 out of its slot by DMA, and likewise for the output the other way round. A driver
- * that stages pageable memory itself (NVIDIA's) does the two copies one after the other. The
- * handle's own pinned buffers (host_buffers) are copied directly, as they are pinned already.
+ * chunk k-1 out of its slot by DMA, and likewise for the output the other way round. The
+ * host's copy of a chunk is split among the caller and the staging threads (rt_pool.c), so
+ * that it keeps up with the DMA. A driver that stages pageable memory itself (NVIDIA's) does
+ * the two copies one after the other. The handle's own pinned buffers (host_buffers) are
+ * copied directly, as they are pinned already.
  */
 #include "aotconv_rt.h"
 
@@ -33,11 +35,33 @@ int aotrt_enqueue(aotrt_net *n, int i, cl_event *ev)
     return AOTRT_OK;
 }
 
+/* The threads that copy for the staging ring: options.stage_threads (0: the CPUs this process
+ * may run on, at most AOTRT_STAGE_THREADS_DEFAULT; above AOTRT_STAGE_THREADS_MAX, that), no more
+ * than a slot has parts of AOTRT_STAGE_PART bytes. */
+static int stage_threads(const aotrt_options *o, size_t slot)
+{
+    int want = o ? o->stage_threads : 0;
+    if (!want) {
+        want = aotrt_cpu_count();
+        want = want < AOTRT_STAGE_THREADS_DEFAULT ? want : AOTRT_STAGE_THREADS_DEFAULT;
+    }
+    want = want < AOTRT_STAGE_THREADS_MAX ? want : AOTRT_STAGE_THREADS_MAX;
+    size_t parts = (slot + AOTRT_STAGE_PART - 1) / AOTRT_STAGE_PART;
+    return parts < (size_t)want ? (int)parts : want;
+}
+
 /* The staging ring: slots of min(chunk, largest transfer) bytes, as many as the largest
- * transfer fills, at most AOTRT_STAGE_SLOTS. */
+ * transfer fills, at most AOTRT_STAGE_SLOTS, and the pool of threads that copy into and out of
+ * them (none where one thread copies a slot). */
 int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o)
 {
     const aotrt_desc *d = n->desc;
+    if (o && o->stage_threads < 0)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s: options.stage_threads is %d; give 0 "
+                               "(the default: one per CPU, at most %d), 1 (run()'s caller "
+                               "copies alone) or more (at most %d are used)", d->net,
+                               o->stage_threads, AOTRT_STAGE_THREADS_DEFAULT,
+                               AOTRT_STAGE_THREADS_MAX);
     long chunk = o && o->stage_bytes ? o->stage_bytes : AOTRT_STAGE_BYTES;
     if (chunk < 0)
         return AOTRT_OK;
@@ -70,6 +94,8 @@ int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o)
     }
     n->stage_bytes = slot;
     n->stage_slots = (int)slots;
+    /* NULL where no thread could be made: the caller copies alone, to the same bytes */
+    n->stage_pool = aotrt_pool_new(stage_threads(o, slot), AOTRT_STAGE_PART);
     return AOTRT_OK;
 }
 
@@ -331,7 +357,7 @@ static int staged_write(aotrt_net *n, ring *g, cl_mem buf, const unsigned char *
             if (e != CL_SUCCESS)
                 break;
         }
-        memcpy(slot_ptr(n, s), src + off, len);
+        aotrt_pool_copy(n->stage_pool, slot_ptr(n, s), src + off, len);
         e = clEnqueueWriteBuffer(n->queue, buf, CL_FALSE, off, len, slot_ptr(n, s), 0, NULL,
                                  &g->ev[s]);
         if (e == CL_SUCCESS)
@@ -398,7 +424,7 @@ static int staged_read(aotrt_net *n, const run_of *r, unsigned char *dst)
         ev[s] = NULL;
         if (e != CL_SUCCESS)
             break;
-        memcpy(at[s].host, slot_ptr(n, s), at[s].len);
+        aotrt_pool_copy(n->stage_pool, at[s].host, slot_ptr(n, s), at[s].len);
         if (output_piece(n, r, dst, next, &at[s])) {
             ++next;
             e = clEnqueueReadBuffer(n->queue, at[s].buf, CL_FALSE, at[s].off, at[s].len,

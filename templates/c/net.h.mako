@@ -118,7 +118,9 @@ typedef struct {
     int profile;              /* 1: keep per-kernel times for profile() (default when opts NULL) */
     int source_only;          /* 1: compile the embedded source even where a binary is embedded */
     long stage_bytes;         /* run()'s staging chunk in bytes: 0 the default (4 MiB), < 0 off */
-} aotconv_${name}_options;
+    int stage_threads;        /* threads copying run()'s staged chunks: 0 the default (one per
+                                 CPU, at most 8), 1 the caller alone, at most 64 used */
+} aotconv_${name}_options;    /* members added later go at the end; zero means the default */
 
 typedef struct {
     size_t activation_bytes;  /* device memory: activation buffers after liveness planning */

@@ -8,5 +8,5 @@ Description: aotconv-compiled network ${name} for target ${target}
 Version: ${version}
 Requires.private: OpenCL
 Libs: -L${"${libdir}"} -l${name}
-Libs.private: -lOpenCL
+Libs.private: -lOpenCL -pthread
 Cflags: -I${"${includedir}"}

@@ -7,10 +7,12 @@
 #   target_link_libraries(app PRIVATE ${name}::${name})          # lib${name}.so
 #   target_link_libraries(app PRIVATE ${name}::${name}_static)   # or lib${name}.a
 #
-# Both targets carry the include directory (${name}.h) and OpenCL (find_package(OpenCL)). The
+# Both targets carry the include directory (${name}.h) and OpenCL (find_package(OpenCL)), the
+# static one also the threads run()'s staging copies with (find_package(Threads)). The
 # paths are relative to this file: the build directory may be moved as a whole.
 include(CMakeFindDependencyMacro)
 find_dependency(OpenCL)
+find_dependency(Threads)
 <%text>get_filename_component(_aotconv_dir "${CMAKE_CURRENT_LIST_FILE}" DIRECTORY)</%text>
 if(NOT TARGET ${name}::${name})
   add_library(${name}::${name} SHARED IMPORTED)
@@ -26,7 +28,7 @@ if(NOT TARGET ${name}::${name}_static)
     IMPORTED_LOCATION "<%text>${_aotconv_dir}</%text>/lib${name}.a"
     IMPORTED_LINK_INTERFACE_LANGUAGES C
     INTERFACE_INCLUDE_DIRECTORIES "<%text>${_aotconv_dir}</%text>"
-    INTERFACE_LINK_LIBRARIES OpenCL::OpenCL)
+    INTERFACE_LINK_LIBRARIES "OpenCL::OpenCL;Threads::Threads")
 endif()
 set(${name}_VERSION "${version}")
 unset(_aotconv_dir)
