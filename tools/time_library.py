@@ -4,6 +4,9 @@ of its kernels, each the median of --runs calls after --warmup; one line (and --
 pay the driver's own start (as in an application that already uses OpenCL).
 
     python tools/time_library.py build/resnet50 --label "devices=2" [--runs 50] [--json out.json]
+
+--stage-threads N and --stage-bytes B go to create() as options.stage_threads and stage_bytes
+(run()'s staging: the threads that copy, the chunk; 0 the defaults).
 """
 import argparse
 import json
@@ -37,6 +40,11 @@ def main(argv=None):
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--warm-driver", action="store_true",
                    help="start the OpenCL driver (a context of this process's own) before create()")
+    p.add_argument("--stage-threads", type=int, default=0, metavar="N",
+                   help="options.stage_threads: threads that copy run()'s staged input and "
+                        "output (0: one per CPU, at most 8; 1: the calling thread alone)")
+    p.add_argument("--stage-bytes", type=int, default=0, metavar="B",
+                   help="options.stage_bytes: run()'s staging chunk (0: 4 MiB; < 0: no staging)")
     a = p.parse_args(argv)
     driver_ms = None
     if a.warm_driver:
@@ -46,7 +54,8 @@ def main(argv=None):
         cl.CommandQueue(ctx).finish()
         driver_ms = round((time.perf_counter() - t0) * 1e3, 1)
     t0 = time.perf_counter()
-    with load(a.dir, params=False) as net:
+    with load(a.dir, params=False, stage_threads=a.stage_threads,
+              stage_bytes=a.stage_bytes) as net:
         create_ms = (time.perf_counter() - t0) * 1e3        # dlopen, create()
         from_binary, why = net.program_source()
         t0 = time.perf_counter()
@@ -78,6 +87,7 @@ def main(argv=None):
                "pinned_run_ms": round(pinned_ms, 4),
                "kernels_ms": round(float(np.median(kernels)), 4),
                "launches": len(net.kernel_names),
+               "stage_threads": a.stage_threads, "stage_bytes": a.stage_bytes,
                "per_kernel_ms": [[name, round(float(ms), 5)] for name, ms in
                                  zip([n for n, _ in prof], np.median(np.array(per), axis=0))]}
     pre = f"driver start {driver_ms:.1f} ms, " if driver_ms is not None else ""
