@@ -180,10 +180,10 @@ def test_choose_marks_the_source_and_require_tuned_accepts_it(tmp_path, capsys):
     twin = net_of([dict(name="c", op="conv", out=8, kernel=3, pad=1, act="relu")]).layer("c")
     cfg = points(twin, "conv_tiled", 1)[0]
     db = tmp_path / "db.jsonl"
-    Store(write=[db])
-    record(Store(write=[db]), twin, "conv_tiled", cfg, 0.25)
+    store = Store(write=[db])
+    record(store, twin, "conv_tiled", cfg, 0.25)
     d_cfg = BY_NAME["dense_gemv"].fallback(net.layer("d"), FURY)
-    record(Store(write=[db]), net.layer("d"), "dense_gemv", d_cfg, 0.1)
+    record(store, net.layer("d"), "dense_gemv", d_cfg, 0.1)
     before = db.read_bytes()
     ch = choose(net, FURY, mode="records", tuning_db=str(db), require_tuned=True)
     c = ch["c"]

@@ -18,12 +18,19 @@ Where records live:
     leaves them out, to tune from nothing);
   - --tuning-db FILE: read, and appended to as well when tuning (it must exist).
 
+A layer with no usable record of its own may borrow a twin's (`borrow`): the fastest recorded
+point of a signature that differs from its own only in the epilogue (bias, fused activation,
+fused residual add: `twin_key`), where that point is one of the layer's own space. Its time is
+the twin's, so the choice carries none and nothing is recorded for the layer
+(docs/tuning.md, Borrowed records).
+
 A records file is a cache, so damage never breaks a build: a line that is not UTF-8, not JSON,
 cut short by a killed run or holds a field of the wrong type or an impossible value (a NaN,
 infinite, zero or negative time, an unknown outcome) is skipped, and each file's damaged lines
 are reported in one warning. Appends write one whole line with one write, starting on a fresh
 line when the file does not end with one, so a torn tail never swallows the next record.
 """
+from dataclasses import dataclass
 import hashlib
 import json
 import math
@@ -222,22 +229,20 @@ def epilogue_difference(op, other):
     return ",".join(out)
 
 
+@dataclass(frozen=True)
 class Borrowed:
     """A layer's choice taken from the records of a twin signature (twin_key): the twin's op
-    signature, how its epilogue differs, the point (variant, configuration) and what the
-    record measured, on the twin: not this layer's time."""
-
-    def __init__(self, layer_op, op, candidate, outcome):
-        self.op, self.candidate, self.outcome = op, candidate, outcome
-        self.epilogue = epilogue_difference(layer_op, op)
+    signature, how its epilogue differs from the layer's (epilogue_difference), the point
+    (space.Candidate) and what the record measured, on the twin: not this layer's time."""
+    op: str
+    epilogue: str
+    candidate: object
+    outcome: Outcome
 
     @property
     def source(self):
         """The choice's source in tuning.json, report.md and the build's log."""
         return f"record of {self.epilogue}"
-
-    def __repr__(self):
-        return f"Borrowed({self.candidate} from {self.op})"
 
 
 def borrow(layer, target, store, device=None, exclude=()):
@@ -274,7 +279,7 @@ def borrow(layer, target, store, device=None, exclude=()):
     if not found:
         return None
     _, op, cand, o = min(found, key=lambda f: (f[0], f[1], str(f[2])))
-    return Borrowed(layer.signature_str(), op, cand, o)
+    return Borrowed(op, epilogue_difference(layer.signature_str(), op), cand, o)
 
 
 # -- what a well-formed record is --------------------------------------------------------------
