@@ -40,6 +40,9 @@ def main(argv=None):
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--warm-driver", action="store_true",
                    help="start the OpenCL driver (a context of this process's own) before create()")
+    p.add_argument("--app-queue", action="store_true",
+                   help="with --warm-driver: create_with_queue on that context and a profiling "
+                        "queue of it, as an application that owns its OpenCL does")
     p.add_argument("--stage-threads", type=int, default=0, metavar="N",
                    help="options.stage_threads: threads that copy run()'s staged input and "
                         "output (0: one per CPU, at most 8; 1: the calling thread alone)")
@@ -50,12 +53,17 @@ def main(argv=None):
     if a.warm_driver:
         import pyopencl as cl
         t0 = time.perf_counter()
-        ctx = cl.create_some_context(interactive=False)
-        cl.CommandQueue(ctx).finish()
+        devices = [d for pf in cl.get_platforms() for d in pf.get_devices()]
+        gpus = [d for d in devices if d.type & cl.device_type.GPU]
+        ctx = cl.Context([(gpus or devices)[0]])       # the first GPU, as the library's pick
+        queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        queue.finish()
         driver_ms = round((time.perf_counter() - t0) * 1e3, 1)
+    if a.app_queue and not a.warm_driver:
+        p.error("--app-queue needs --warm-driver")
     t0 = time.perf_counter()
-    with load(a.dir, params=False, stage_threads=a.stage_threads,
-              stage_bytes=a.stage_bytes) as net:
+    with load(a.dir, params=False, stage_threads=a.stage_threads, stage_bytes=a.stage_bytes,
+              queue=queue if a.app_queue else None) as net:
         create_ms = (time.perf_counter() - t0) * 1e3        # dlopen, create()
         from_binary, why = net.program_source()
         t0 = time.perf_counter()
@@ -91,7 +99,8 @@ def main(argv=None):
                "per_kernel_ms": [[name, round(float(ms), 5)] for name, ms in
                                  zip([n for n, _ in prof], np.median(np.array(per), axis=0))]}
     pre = f"driver start {driver_ms:.1f} ms, " if driver_ms is not None else ""
-    print(f"{a.label} {pre}create() {out['create_ms']:.1f} ms "
+    call = "create_with_queue()" if a.app_queue else "create()"
+    print(f"{a.label} {pre}{call} {out['create_ms']:.1f} ms "
           f"({'binary' if from_binary else 'source'}), load_params {out['params_ms']:.1f} ms, "
           f"load {out['load_ms']:.1f} ms, first run() {out['first_run_ms']:.2f} ms, "
           f"run() {out['run_ms']:.3f} ms, from pinned {out['pinned_run_ms']:.3f} ms, "
