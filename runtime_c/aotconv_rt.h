@@ -66,6 +66,11 @@
 #define aotrt_pool_free AOTRT_SYM(pool_free)
 #define aotrt_cpu_count AOTRT_SYM(cpu_count)
 #define aotrt_halves_from_floats AOTRT_SYM(halves_from_floats)
+#define aotrt_now_ms AOTRT_SYM(now_ms)
+#define aotrt_trace_begin AOTRT_SYM(trace_begin)
+#define aotrt_trace_note AOTRT_SYM(trace_note)
+#define aotrt_trace_step AOTRT_SYM(trace_step)
+#define aotrt_trace_end AOTRT_SYM(trace_end)
 
 /* Error codes, the same for every emitted library (documented in the generated header). */
 enum {
@@ -246,6 +251,17 @@ typedef struct {
     size_t pinned_bytes;
 } aotrt_memory_info;
 
+/* One call's step trace (rt_trace.c): with AOTCONV_TRACE set, create(), set_params() and
+ * load_params() each write one line to stderr with the time of every step. */
+typedef struct {
+    int on;
+    const char *net, *call;
+    double start, mark;       /* ms, CLOCK_MONOTONIC: the call's start, the last step's end */
+    size_t len;
+    char line[1024];          /* the steps so far */
+    char note[256];           /* details of the step under way, shown after it */
+} aotrt_trace;
+
 typedef struct aotrt_net {
     const aotrt_desc *desc;
     cl_context ctx;           /* the handle's own, or the application's (retained) */
@@ -273,6 +289,7 @@ typedef struct aotrt_net {
     cl_mem stage_mem;         /* the staging ring: stage_slots x stage_bytes, pinned, mapped */
     unsigned char *stage_ptr;
     aotrt_pool *stage_pool;   /* the threads that copy beside the caller; NULL: the caller alone */
+    aotrt_trace *trace;       /* create()'s trace while it runs (rt_program.c notes in it) */
     char error[2048];
 } aotrt_net;
 
@@ -342,5 +359,12 @@ void aotrt_pool_free(aotrt_pool *p);            /* joins the threads; NULL-safe 
 int aotrt_cpu_count(void);                      /* the CPUs this process may run on, >= 1 */
 /* `count` floats as IEEE binary16 bits, rounded to nearest even (rt_half.c) */
 void aotrt_halves_from_floats(uint16_t *dst, const float *src, size_t count);
+double aotrt_now_ms(void);                      /* CLOCK_MONOTONIC, in ms */
+void aotrt_trace_begin(aotrt_trace *t, const char *net, const char *call);
+/* a detail of the step under way (no-op with the trace off or t NULL) */
+void aotrt_trace_note(aotrt_trace *t, const char *fmt, ...);
+/* the step that ends now: `ms` long, or (ms < 0) since the last step */
+void aotrt_trace_step(aotrt_trace *t, const char *step, double ms);
+void aotrt_trace_end(aotrt_trace *t, int rc);   /* writes the line */
 
 #endif

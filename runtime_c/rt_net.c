@@ -1,12 +1,15 @@
 /* The network handle: OpenCL objects made once in create(), the launch table replayed in run(). */
+#define _POSIX_C_SOURCE 200809L   /* open, read, fstat, posix_fadvise under -std=c11 */
 #include "aotconv_rt.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>     /* NAN and isinf, macros: no libm */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CHECK(n, call, what, layer)                                                          \
     do {                                                                                     \
@@ -42,7 +45,7 @@ static int make_kernel(aotrt_net *n, int i)
 }
 
 /* Everything of a handle once its context, queue and device are set: run()'s staging ring
- * and its threads, buffers, programs, kernels with their arguments. */
+ * and its threads, buffers, programs, kernels with their arguments. Each a step of the trace. */
 static int setup(aotrt_net *n, const aotrt_options *o)
 {
     const aotrt_desc *d = n->desc;
@@ -58,19 +61,30 @@ static int setup(aotrt_net *n, const aotrt_options *o)
     int rc = aotrt_stage_setup(n, o);
     if (rc)
         return rc;
+    aotrt_memory_info mi;
+    if (n->trace && n->trace->on && aotrt_memory(n, &mi) == AOTRT_OK)
+        aotrt_trace_note(n->trace, "%.1f MiB pinned", (double)mi.pinned_bytes / (1 << 20));
+    aotrt_trace_step(n->trace, "staging", -1);
 
+    size_t bytes = 0;
     for (int i = 0; i < d->nbuffers; ++i) {
         n->buffers[i] = clCreateBuffer(n->ctx, CL_MEM_READ_WRITE, d->buffers[i].bytes, NULL, &err);
         if (err != CL_SUCCESS)
             return aotrt_set_error(n, AOTRT_ERR_OPENCL,
                                    "%s: clCreateBuffer(%s, %zu bytes) failed: %s", d->net,
                                    d->buffers[i].name, d->buffers[i].bytes, aotrt_cl_error_name(err));
+        bytes += d->buffers[i].bytes;
     }
+    aotrt_trace_note(n->trace, "%d, %.1f MiB", d->nbuffers, (double)bytes / (1 << 20));
+    aotrt_trace_step(n->trace, "buffers", -1);
     if ((rc = aotrt_build_programs(n, o)))
         return rc;
+    aotrt_trace_step(n->trace, "programs", -1);
     for (int i = 0; i < d->nlaunches; ++i)
         if ((rc = make_kernel(n, i)))
             return rc;
+    aotrt_trace_note(n->trace, "%d", d->nlaunches);
+    aotrt_trace_step(n->trace, "kernels", -1);
     return AOTRT_OK;
 }
 
@@ -85,12 +99,23 @@ static aotrt_net *new_handle(const aotrt_desc *d, const aotrt_options *o)
     return n;
 }
 
-/* A failed create: the message moves to the thread's, the partial handle is released. */
+/* A failed create: the trace line is written, the message moves to the thread's, the partial
+ * handle is released. */
 static int failed(aotrt_net *n, int rc)
 {
+    aotrt_trace_end(n->trace, rc);
     aotrt_set_error(NULL, rc, "%s", n->error);
     aotrt_destroy(n);
     return rc;
+}
+
+/* A handle made: the trace line is written and the trace detached from it. */
+static int made(aotrt_net *n, aotrt_net **out)
+{
+    aotrt_trace_end(n->trace, AOTRT_OK);
+    n->trace = NULL;
+    *out = n;
+    return AOTRT_OK;
 }
 
 int aotrt_create(const aotrt_desc *d, aotrt_net **out, const aotrt_options *o)
@@ -98,12 +123,16 @@ int aotrt_create(const aotrt_desc *d, aotrt_net **out, const aotrt_options *o)
     if (!out)
         return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s_create: out is NULL", d->net);
     *out = NULL;
+    aotrt_trace t;
+    aotrt_trace_begin(&t, d->net, "create");
     aotrt_net *n = new_handle(d, o);
     if (!n)
         return aotrt_set_error(NULL, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    n->trace = &t;
     int rc = aotrt_pick_device(n, d, o);
     if (rc)
         return failed(n, rc);
+    aotrt_trace_step(&t, "device", -1);
     cl_int err;
     n->ctx = clCreateContext(NULL, 1, &n->device, NULL, NULL, &err);
     if (err != CL_SUCCESS) {
@@ -111,6 +140,7 @@ int aotrt_create(const aotrt_desc *d, aotrt_net **out, const aotrt_options *o)
         return failed(n, aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s: clCreateContext failed: %s",
                                          d->net, aotrt_cl_error_name(err)));
     }
+    aotrt_trace_step(&t, "context", -1);
     cl_command_queue_properties props = n->profile ? CL_QUEUE_PROFILING_ENABLE : 0;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -121,10 +151,10 @@ int aotrt_create(const aotrt_desc *d, aotrt_net **out, const aotrt_options *o)
         return failed(n, aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s: clCreateCommandQueue failed: "
                                          "%s", d->net, aotrt_cl_error_name(err)));
     }
+    aotrt_trace_step(&t, "queue", -1);
     if ((rc = setup(n, o)))
         return failed(n, rc);
-    *out = n;
-    return AOTRT_OK;
+    return made(n, out);
 }
 
 /* The application's context, device and in-order queue; each retained here and released by
@@ -165,12 +195,16 @@ int aotrt_create_with_queue(const aotrt_desc *d, aotrt_net **out, cl_context con
         return aotrt_set_error(NULL, AOTRT_ERR_ARGUMENT, "%s_create_with_queue: queue is "
                                "out-of-order; the network's kernels need an in-order queue",
                                d->net);
+    aotrt_trace t;
+    aotrt_trace_begin(&t, d->net, "create_with_queue");
     aotrt_net *n = new_handle(d, o);
     if (!n)
         return aotrt_set_error(NULL, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    n->trace = &t;
     int rc = aotrt_device_accepted(n, d, o, device);
     if (rc)
         return failed(n, rc);
+    aotrt_trace_step(&t, "device", -1);
     clRetainContext(context);
     n->ctx = context;
     clRetainCommandQueue(queue);
@@ -181,8 +215,7 @@ int aotrt_create_with_queue(const aotrt_desc *d, aotrt_net **out, cl_context con
     n->profile = n->profile_requested && (props & CL_QUEUE_PROFILING_ENABLE);
     if ((rc = setup(n, o)))
         return failed(n, rc);
-    *out = n;
-    return AOTRT_OK;
+    return made(n, out);
 }
 
 /* sqrt in double without libm (the library links only OpenCL): Newton's iteration from the
@@ -206,21 +239,22 @@ static double fold_sqrt(double x)
     return y;
 }
 
-/* `count` floats from `src` into parameter buffer `b` as the kernels read it: float (a
- * non-blocking write unless `blocking`: `src` outlives it) or, where the parameters are stored
- * in half (desc.half_params, an fp16 build), rounded to half in a host array of its own and
- * written blocking. */
-static cl_int write_param(aotrt_net *n, int b, const float *src, size_t count, cl_bool blocking)
+/* `count` floats from `src` into parameter buffer `b`, from its element `first` on, as the
+ * kernels read it: float (a non-blocking write unless `blocking`: `src` outlives it) or, where
+ * the parameters are stored in half (desc.half_params, an fp16 build), rounded to half in a
+ * host array of its own and written blocking. */
+static cl_int write_param(aotrt_net *n, int b, size_t first, const float *src, size_t count,
+                          cl_bool blocking)
 {
     if (!n->desc->half_params)
-        return clEnqueueWriteBuffer(n->queue, n->buffers[b], blocking, 0, count * sizeof(float),
-                                    src, 0, NULL, NULL);
+        return clEnqueueWriteBuffer(n->queue, n->buffers[b], blocking, first * sizeof(float),
+                                    count * sizeof(float), src, 0, NULL, NULL);
     uint16_t *h = malloc(count ? count * sizeof *h : 1);
     if (!h)
         return CL_OUT_OF_HOST_MEMORY;
     aotrt_halves_from_floats(h, src, count);
-    cl_int e = clEnqueueWriteBuffer(n->queue, n->buffers[b], CL_TRUE, 0, count * sizeof *h, h,
-                                    0, NULL, NULL);
+    cl_int e = clEnqueueWriteBuffer(n->queue, n->buffers[b], CL_TRUE, first * sizeof *h,
+                                    count * sizeof *h, h, 0, NULL, NULL);
     free(h);
     return e;
 }
@@ -263,7 +297,7 @@ static int set_folds(aotrt_net *n, const float *params)
                     tmp[c * f->per_channel + j] = (float)((double)w[c * f->per_channel + j] * s);
             }
             size_t floats = pass ? f->channels : f->channels * f->per_channel;
-            cl_int e = write_param(n, pass ? f->bias_buffer : f->weight_buffer, tmp, floats,
+            cl_int e = write_param(n, pass ? f->bias_buffer : f->weight_buffer, 0, tmp, floats,
                                    CL_TRUE);
             if (e != CL_SUCCESS)
                 rc = aotrt_set_error(n, AOTRT_ERR_OPENCL,
@@ -274,6 +308,50 @@ static int set_folds(aotrt_net *n, const float *params)
     }
     free(tmp);
     return rc;
+}
+
+/* What set_params and load_params do once every tensor is enqueued: the folds, the setup
+ * launches (weight re-layouts: packing, Winograd transforms), once, here, and the wait for all
+ * of it. `params` holds at least the folds' inputs. */
+static int finish_params(aotrt_net *n, const float *params, aotrt_trace *t)
+{
+    const aotrt_desc *d = n->desc;
+    int rc = set_folds(n, params);
+    if (rc)
+        return rc;
+    aotrt_trace_note(t, "%d", d->nfolds);
+    aotrt_trace_step(t, "folds", -1);
+    int setups = 0;
+    for (int i = 0; i < d->nlaunches; ++i) {
+        if (d->launches[i].phase != AOTRT_PHASE_SETUP)
+            continue;
+        if ((rc = aotrt_enqueue(n, i, NULL)))
+            return rc;
+        ++setups;
+    }
+    aotrt_trace_note(t, "%d", setups);
+    aotrt_trace_step(t, "setup launches", -1);
+    CHECK(n, clFinish(n->queue), "clFinish", "set_params");
+    aotrt_trace_step(t, "finish", -1);
+    n->params_set = 1;
+    return AOTRT_OK;
+}
+
+static int set_params(aotrt_net *n, const float *params, aotrt_trace *t)
+{
+    const aotrt_desc *d = n->desc;
+    /* unset until every tensor is written: a call that fails on the way leaves run() refusing,
+     * never running on a mix of old and new parameters */
+    n->params_set = 0;
+    for (int i = 0; i < d->nparams; ++i) {
+        const aotrt_param *p = &d->params[i];
+        CHECK(n, write_param(n, p->buffer, 0, params + p->offset, p->count, CL_FALSE),
+              "clEnqueueWriteBuffer", p->name);
+    }
+    aotrt_trace_note(t, "%d tensors, %.1f MB enqueued", d->nparams,
+                     (double)d->param_count * sizeof(float) * 1e-6);
+    aotrt_trace_step(t, "upload", -1);
+    return finish_params(n, params, t);
 }
 
 int aotrt_set_params(aotrt_net *n, const float *params, size_t count)
@@ -287,26 +365,269 @@ int aotrt_set_params(aotrt_net *n, const float *params, size_t count)
         return aotrt_set_error(n, AOTRT_ERR_ARGUMENT,
                                "%s_set_params: got %zu floats, the network has %zu parameters",
                                d->net, count, d->param_count);
+    aotrt_trace t;
+    aotrt_trace_begin(&t, d->net, "set_params");
+    int rc = set_params(n, params, &t);
+    aotrt_trace_end(&t, rc);
+    return rc;
+}
+
+/* load_params reads the file in chunks of LOAD_CHUNK bytes straight into a ring of pinned host
+ * memory and enqueues each chunk's part of every tensor from there while it reads the next:
+ * no copy of the whole file in host memory, and on a GPU the writes are DMA from pinned
+ * memory, overlapping the reads. read(), not mmap: a mapped file that shrinks while it is read
+ * raises SIGBUS in whichever thread touches it (the driver's too), which a library cannot
+ * catch; read() returns short, and the file is refused. */
+#define LOAD_CHUNK ((size_t)4 << 20)
+#define LOAD_SLOTS 4
+
+typedef struct {
+    cl_mem mem;                 /* pinned, mapped at ptr; NULL: ptr is ordinary memory */
+    unsigned char *ptr;
+    size_t slot;                /* bytes per slot, a multiple of sizeof(float) */
+    int slots;
+    cl_event busy[LOAD_SLOTS];  /* a marker after the writes from a slot, until they are done */
+} load_ring;
+
+static int ring_open(aotrt_net *n, load_ring *r, size_t bytes)
+{
+    memset(r, 0, sizeof *r);
+    r->slot = bytes < LOAD_CHUNK ? bytes : LOAD_CHUNK;
+    size_t slots = (bytes + r->slot - 1) / r->slot;
+    r->slots = slots < LOAD_SLOTS ? (int)slots : LOAD_SLOTS;
+    size_t total = r->slot * (size_t)r->slots;
+    cl_int err;
+    r->mem = clCreateBuffer(n->ctx, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, total, NULL, &err);
+    if (err != CL_SUCCESS) {
+        r->mem = NULL;
+    } else {
+        r->ptr = clEnqueueMapBuffer(n->queue, r->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                                    total, 0, NULL, NULL, &err);
+        if (err != CL_SUCCESS || !r->ptr) {
+            r->ptr = NULL;
+            clReleaseMemObject(r->mem);
+            r->mem = NULL;
+        }
+    }
+    /* no pinned memory to be had: ordinary memory does the same, the driver copying from it */
+    if (!r->ptr)
+        r->ptr = malloc(total);
+    if (!r->ptr)
+        return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", n->desc->net);
+    return AOTRT_OK;
+}
+
+/* Slot s free again: the writes that read it are done. */
+static int ring_wait(aotrt_net *n, load_ring *r, int s)
+{
+    if (!r->busy[s])
+        return AOTRT_OK;
+    cl_int e = clWaitForEvents(1, &r->busy[s]);
+    clReleaseEvent(r->busy[s]);
+    r->busy[s] = NULL;
+    if (e != CL_SUCCESS)
+        return aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s_load_params: writing the parameters "
+                               "failed: %s (%d)", n->desc->net, aotrt_cl_error_name(e), (int)e);
+    return AOTRT_OK;
+}
+
+/* After the last write from the ring, a failed one too. */
+static void ring_close(aotrt_net *n, load_ring *r)
+{
+    clFinish(n->queue);
+    for (int s = 0; s < r->slots; ++s)
+        if (r->busy[s])
+            clReleaseEvent(r->busy[s]);
+    if (r->mem) {
+        if (clEnqueueUnmapMemObject(n->queue, r->mem, r->ptr, 0, NULL, NULL) == CL_SUCCESS)
+            clFinish(n->queue);
+        clReleaseMemObject(r->mem);
+    } else {
+        free(r->ptr);
+    }
+}
+
+/* floats [off, off + count) of the file, where they lie in the chunk of floats [c0, c1) */
+static void keep_range(float *keep, const float *chunk, size_t c0, size_t c1, size_t off,
+                       size_t count)
+{
+    size_t lo = off > c0 ? off : c0, hi = off + count < c1 ? off + count : c1;
+    if (lo < hi)
+        memcpy(keep + lo, chunk + (lo - c0), (hi - lo) * sizeof(float));
+}
+
+/* The chunk of the file's floats [c0, c1): every tensor's part of it enqueued from the chunk,
+ * the folds' inputs copied to `keep` (at their offsets in the file) for set_folds. */
+static int put_chunk(aotrt_net *n, const float *chunk, size_t c0, size_t c1, float *keep)
+{
+    const aotrt_desc *d = n->desc;
     for (int i = 0; i < d->nparams; ++i) {
         const aotrt_param *p = &d->params[i];
-        CHECK(n, write_param(n, p->buffer, params + p->offset, p->count, CL_FALSE),
-              "clEnqueueWriteBuffer", p->name);
+        size_t lo = p->offset > c0 ? p->offset : c0;
+        size_t hi = p->offset + p->count < c1 ? p->offset + p->count : c1;
+        if (lo < hi)
+            CHECK(n, write_param(n, p->buffer, lo - p->offset, chunk + (lo - c0), hi - lo,
+                                 CL_FALSE),
+                  "clEnqueueWriteBuffer", p->name);
     }
-    /* batchnorms folded into the conv or dense before them, then weight re-layouts (packing,
-     * Winograd transforms), once, here */
-    int frc = set_folds(n, params);
-    if (frc)
-        return frc;
-    for (int i = 0; i < d->nlaunches; ++i) {
-        if (d->launches[i].phase != AOTRT_PHASE_SETUP)
-            continue;
-        int rc = aotrt_enqueue(n, i, NULL);
-        if (rc)
-            return rc;
+    for (int i = 0; keep && i < d->nfolds; ++i) {
+        const aotrt_fold *f = &d->folds[i];
+        keep_range(keep, chunk, c0, c1, f->weight, f->channels * f->per_channel);
+        if (f->has_bias)
+            keep_range(keep, chunk, c0, c1, f->bias, f->channels);
+        for (int k = 0; k < f->nbn; ++k) {
+            keep_range(keep, chunk, c0, c1, f->bn[k].gamma, f->channels);
+            keep_range(keep, chunk, c0, c1, f->bn[k].beta, f->channels);
+            keep_range(keep, chunk, c0, c1, f->bn[k].mean, f->channels);
+            keep_range(keep, chunk, c0, c1, f->bn[k].var, f->channels);
+        }
     }
-    CHECK(n, clFinish(n->queue), "clFinish", "set_params");
-    n->params_set = 1;
     return AOTRT_OK;
+}
+
+/* A file of another kind or size than the network's parameters, refused before any read. */
+static int check_file(aotrt_net *n, const struct stat *st, const char *shown)
+{
+    const aotrt_desc *d = n->desc;
+    size_t want = d->param_count * sizeof(float);
+    if (!S_ISREG(st->st_mode))
+        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: '%s' is not a regular file",
+                               d->net, shown);
+    unsigned long long size = (unsigned long long)st->st_size;
+    if (size != (unsigned long long)want)
+        return aotrt_set_error(n, AOTRT_ERR_IO,
+                               "%s_load_params: '%s' holds %llu floats%s (%llu bytes, %s); the "
+                               "network has %zu parameters = %zu bytes (float32, little-endian, "
+                               "in the header's order): rebuild it with aotconv build", d->net,
+                               shown, size / 4, size % 4 ? " and stray bytes" : "", size,
+                               size < want ? "truncated" : "too long", d->param_count, want);
+    return AOTRT_OK;
+}
+
+static int open_params(aotrt_net *n, const char *path, const char *shown, int *fd)
+{
+    const aotrt_desc *d = n->desc;
+    /* the size first: a truncated, padded or wrong network's file is refused before any read */
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s': %s", d->net,
+                               shown, strerror(errno));
+    int rc = check_file(n, &st, shown);
+    if (rc)
+        return rc;
+    /* O_NONBLOCK: a fifo put in the file's place since the stat is not waited on, but refused
+     * below (reading a regular file ignores it) */
+    int flags = O_RDONLY | O_NONBLOCK;
+#ifdef O_CLOEXEC
+    flags |= O_CLOEXEC;
+#endif
+    *fd = open(path, flags);
+    if (*fd < 0)
+        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s': %s", d->net,
+                               shown, strerror(errno));
+    /* the file opened is checked again: it may have been replaced since the stat */
+    if (fstat(*fd, &st) != 0)
+        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s': %s", d->net,
+                               shown, strerror(errno));
+    if ((rc = check_file(n, &st, shown)))
+        return rc;
+#ifdef POSIX_FADV_SEQUENTIAL
+    posix_fadvise(*fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+    return AOTRT_OK;
+}
+
+/* up to `len` bytes of fd into buf: fewer only at the end of the file or on an error (*err) */
+static size_t read_full(int fd, unsigned char *buf, size_t len, int *err)
+{
+    size_t got = 0;
+    *err = 0;
+    while (got < len) {
+        ssize_t k = read(fd, buf + got, len - got);
+        if (k > 0)
+            got += (size_t)k;
+        else if (k == 0)
+            break;
+        else if (errno != EINTR) {
+            *err = errno;
+            break;
+        }
+    }
+    return got;
+}
+
+/* The file's floats through the ring into the parameter buffers, then the folds and the setup
+ * launches. The file must end where the parameters do: one that changed size since the stat
+ * is refused (and leaves no parameters: some were written). */
+static int read_params(aotrt_net *n, int fd, const char *shown, aotrt_trace *t)
+{
+    const aotrt_desc *d = n->desc;
+    size_t want = d->param_count * sizeof(float);
+    load_ring r;
+    memset(&r, 0, sizeof r);
+    int rc = want ? ring_open(n, &r, want) : AOTRT_OK;
+    if (rc)
+        return rc;
+    float *keep = NULL;   /* the folds' inputs; the pages of the rest are never touched */
+    if (d->nfolds && !(keep = malloc(want)))
+        rc = aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    if (want)
+        aotrt_trace_note(t, "%d x %.1f MiB, %s", r.slots, (double)r.slot / (1 << 20),
+                         r.mem ? "pinned" : "ordinary memory");
+    aotrt_trace_step(t, "ring", -1);
+    n->params_set = 0;    /* as in set_params: until every tensor is written */
+    double read_ms = 0, put_ms = 0, wait_ms = 0;
+    size_t done = 0;
+    int err = 0;
+    for (int s = 0; done < want && !rc; s = (s + 1) % r.slots) {
+        size_t len = want - done < r.slot ? want - done : r.slot;
+        double t0 = aotrt_now_ms();
+        if ((rc = ring_wait(n, &r, s)))
+            break;
+        double t1 = aotrt_now_ms();
+        unsigned char *chunk = r.ptr + (size_t)s * r.slot;
+        size_t got = read_full(fd, chunk, len, &err);
+        double t2 = aotrt_now_ms();
+        wait_ms += t1 - t0;
+        read_ms += t2 - t1;
+        done += got;
+        if (err || got < len)
+            break;
+        rc = put_chunk(n, (const float *)chunk, (done - len) / sizeof(float),
+                       done / sizeof(float), keep);
+        cl_int e = rc ? CL_SUCCESS : clEnqueueMarkerWithWaitList(n->queue, 0, NULL, &r.busy[s]);
+        if (e != CL_SUCCESS) {
+            r.busy[s] = NULL;
+            rc = aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s_load_params: clEnqueueMarkerWithWait"
+                                 "List failed: %s (%d)", d->net, aotrt_cl_error_name(e), (int)e);
+        }
+        put_ms += aotrt_now_ms() - t2;
+    }
+    unsigned char byte;
+    int extra = !rc && !err && done == want && read_full(fd, &byte, 1, &err) == 1;
+    if (rc) {
+        /* the message is set */
+    } else if (err) {
+        rc = aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: reading '%s' failed after %zu "
+                             "floats: %s", d->net, shown, done / sizeof(float), strerror(err));
+    } else if (done != want || extra) {    /* it changed size while being read */
+        rc = aotrt_set_error(n, AOTRT_ERR_IO,
+                             "%s_load_params: '%s' holds %s%zu floats, the network has %zu "
+                             "parameters (float32, little-endian, in the header's order)",
+                             d->net, shown, extra ? "more than " : "", done / sizeof(float),
+                             d->param_count);
+    } else {
+        aotrt_trace_note(t, "%.1f MB", (double)want * 1e-6);
+        aotrt_trace_step(t, "read", read_ms);
+        aotrt_trace_note(t, "%d tensors", d->nparams);
+        aotrt_trace_step(t, "enqueue", put_ms);
+        aotrt_trace_step(t, "slot waits", wait_ms);
+        rc = finish_params(n, keep, t);
+    }
+    if (want)
+        ring_close(n, &r);
+    free(keep);
+    return rc;
 }
 
 int aotrt_load_params(aotrt_net *n, const char *path)
@@ -318,48 +639,17 @@ int aotrt_load_params(aotrt_net *n, const char *path)
         return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s_load_params: path is NULL", d->net);
     char shown[640];   /* the path in messages: one line, whatever it holds */
     aotrt_shown(path, shown, sizeof shown);
-    /* the size first: a truncated, padded or wrong network's file is refused before any read */
-    size_t want = d->param_count * sizeof(float);
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s': %s", d->net,
-                               shown, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: '%s' is not a regular file",
-                               d->net, shown);
-    unsigned long long size = (unsigned long long)st.st_size;
-    if (size != (unsigned long long)want)
-        return aotrt_set_error(n, AOTRT_ERR_IO,
-                               "%s_load_params: '%s' holds %llu floats%s (%llu bytes, %s); the "
-                               "network has %zu parameters = %zu bytes (float32, little-endian, "
-                               "in the header's order): rebuild it with aotconv build", d->net,
-                               shown, size / 4, size % 4 ? " and stray bytes" : "", size,
-                               size < want ? "truncated" : "too long", d->param_count, want);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: cannot open '%s': %s", d->net,
-                               shown, strerror(errno));
-    float *buf = malloc(d->param_count ? d->param_count * sizeof(float) : 1);
-    if (!buf) {
-        fclose(f);
-        return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    aotrt_trace t;
+    aotrt_trace_begin(&t, d->net, "load_params");
+    int fd = -1;
+    int rc = open_params(n, path, shown, &fd);
+    if (!rc) {
+        aotrt_trace_step(&t, "open", -1);
+        rc = read_params(n, fd, shown, &t);
     }
-    size_t got = fread(buf, sizeof(float), d->param_count, f);
-    int failed = ferror(f);
-    int extra = fgetc(f) != EOF;
-    fclose(f);
-    int rc;
-    if (failed)
-        rc = aotrt_set_error(n, AOTRT_ERR_IO, "%s_load_params: reading '%s' failed after %zu "
-                             "floats", d->net, shown, got);
-    else if (got != d->param_count || extra)    /* it changed size while being read */
-        rc = aotrt_set_error(n, AOTRT_ERR_IO,
-                             "%s_load_params: '%s' holds %s%zu floats, the network has %zu "
-                             "parameters (float32, little-endian, in the header's order)",
-                             d->net, shown, extra ? "more than " : "", got, d->param_count);
-    else
-        rc = aotrt_set_params(n, buf, d->param_count);
-    free(buf);
+    if (fd >= 0)
+        close(fd);
+    aotrt_trace_end(&t, rc);
     return rc;
 }
 

@@ -15,6 +15,12 @@
 
 #define LOGMAX 1536
 
+/* Where create()'s program step spent its time, for the AOTCONV_TRACE line (rt_trace.c). */
+typedef struct {
+    int binaries, rejected, sources;
+    double create_ms, build_ms, rejected_ms, source_ms;
+} prog_times;
+
 static void trim(char *s)
 {
     size_t n = strlen(s);
@@ -47,7 +53,8 @@ static void binaries_apply(aotrt_net *n, const aotrt_options *o, char *why, size
 }
 
 /* Program slot i from binary b; 0 on success, else the reason in `why`. */
-static int from_binary(aotrt_net *n, int i, const aotrt_binary *b, char *why, size_t size)
+static int from_binary(aotrt_net *n, int i, const aotrt_binary *b, char *why, size_t size,
+                       prog_times *pt)
 {
     const aotrt_desc *d = n->desc;
     char what[300];
@@ -58,22 +65,32 @@ static int from_binary(aotrt_net *n, int i, const aotrt_binary *b, char *why, si
     cl_int status = CL_SUCCESS, err;
     const unsigned char *data = b->data;
     size_t len = b->size;
+    double t0 = aotrt_now_ms();
     cl_program p = clCreateProgramWithBinary(n->ctx, 1, &n->device, &len, &data, &status, &err);
+    double t1 = aotrt_now_ms();
     if (err != CL_SUCCESS || status != CL_SUCCESS) {
         if (p)
             clReleaseProgram(p);
+        pt->rejected++;
+        pt->rejected_ms += t1 - t0;
         snprintf(why, size, "the driver rejected the embedded binary of %s: "
                  "clCreateProgramWithBinary: %s", what,
                  aotrt_cl_error_name(err != CL_SUCCESS ? err : status));
         return -1;
     }
     err = clBuildProgram(p, 1, &n->device, d->build_options, NULL, NULL);
+    double t2 = aotrt_now_ms();
     if (err != CL_SUCCESS) {
         clReleaseProgram(p);
+        pt->rejected++;
+        pt->rejected_ms += t2 - t0;
         snprintf(why, size, "the driver rejected the embedded binary of %s: clBuildProgram: %s",
                  what, aotrt_cl_error_name(err));
         return -1;
     }
+    pt->binaries++;
+    pt->create_ms += t1 - t0;
+    pt->build_ms += t2 - t1;
     n->programs[i] = p;
     return 0;
 }
@@ -81,16 +98,19 @@ static int from_binary(aotrt_net *n, int i, const aotrt_binary *b, char *why, si
 /* Program slot i from `count` source strings; an AOTRT error code (the build log in the
  * message) naming `layer`. */
 static int from_source(aotrt_net *n, int i, cl_uint count, const char **strings,
-                       const char *layer)
+                       const char *layer, prog_times *pt)
 {
     const aotrt_desc *d = n->desc;
     cl_int err;
+    double t0 = aotrt_now_ms();
     cl_program p = clCreateProgramWithSource(n->ctx, count, strings, NULL, &err);
     if (err != CL_SUCCESS)
         return aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s: layer '%s': clCreateProgramWithSource "
                                "failed: %s (%d)", d->net, layer, aotrt_cl_error_name(err),
                                (int)err);
     err = clBuildProgram(p, 1, &n->device, d->build_options, NULL, NULL);
+    pt->sources++;
+    pt->source_ms += aotrt_now_ms() - t0;
     if (err != CL_SUCCESS) {
         char log[LOGMAX] = "";
         clGetProgramBuildInfo(p, n->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
@@ -103,14 +123,14 @@ static int from_source(aotrt_net *n, int i, cl_uint count, const char **strings,
     return AOTRT_OK;
 }
 
-static int per_layer_sources(aotrt_net *n)
+static int per_layer_sources(aotrt_net *n, prog_times *pt)
 {
     const aotrt_desc *d = n->desc;
     for (int i = 0; i < d->nprograms; ++i) {
         if (n->programs[i])
             continue;
         const char *src = d->programs[i].source;
-        int rc = from_source(n, i, 1, &src, d->programs[i].layer);
+        int rc = from_source(n, i, 1, &src, d->programs[i].layer, pt);
         if (rc)
             return rc;
         ++n->from_source;
@@ -119,7 +139,7 @@ static int per_layer_sources(aotrt_net *n)
 }
 
 /* The joined program from source: prologue, source, epilogue of every layer. */
-static int joined_source(aotrt_net *n)
+static int joined_source(aotrt_net *n, prog_times *pt)
 {
     const aotrt_desc *d = n->desc;
     const char **parts = malloc(3 * (size_t)d->nprograms * sizeof *parts);
@@ -130,12 +150,35 @@ static int joined_source(aotrt_net *n)
         parts[3 * i + 1] = d->programs[i].source;
         parts[3 * i + 2] = d->programs[i].epilogue ? d->programs[i].epilogue : "";
     }
-    int rc = from_source(n, 0, 3 * (cl_uint)d->nprograms, parts, "(all layers, joined)");
+    int rc = from_source(n, 0, 3 * (cl_uint)d->nprograms, parts, "(all layers, joined)", pt);
     free(parts);
     return rc;
 }
 
+/* The program step's details on create()'s trace line. */
+static void trace_programs(aotrt_net *n, const prog_times *pt)
+{
+    if (pt->binaries)
+        aotrt_trace_note(n->trace, "%d binar%s: create %.1f ms, build %.1f ms", pt->binaries,
+                         pt->binaries == 1 ? "y" : "ies", pt->create_ms, pt->build_ms);
+    if (pt->rejected)
+        aotrt_trace_note(n->trace, "%d binar%s rejected: %.1f ms", pt->rejected,
+                         pt->rejected == 1 ? "y" : "ies", pt->rejected_ms);
+    if (pt->sources)
+        aotrt_trace_note(n->trace, "%d from source: %.1f ms", pt->sources, pt->source_ms);
+}
+
+static int build_programs(aotrt_net *n, const aotrt_options *o, prog_times *pt);
+
 int aotrt_build_programs(aotrt_net *n, const aotrt_options *o)
+{
+    prog_times pt = {0};
+    int rc = build_programs(n, o, &pt);
+    trace_programs(n, &pt);
+    return rc;
+}
+
+static int build_programs(aotrt_net *n, const aotrt_options *o, prog_times *pt)
 {
     const aotrt_desc *d = n->desc;
     char why[512], rejected[512] = "";
@@ -145,16 +188,16 @@ int aotrt_build_programs(aotrt_net *n, const aotrt_options *o)
     n->joined = d->joined && d->nprograms > 0;
     if (n->joined) {
         if (use && d->binaries[0].size && from_binary(n, 0, &d->binaries[0], rejected,
-                                                       sizeof rejected) == 0) {
+                                                       sizeof rejected, pt) == 0) {
             n->from_binary = 1;
         } else {
             nrejected += use && d->binaries[0].size;
-            if (joined_source(n) == AOTRT_OK) {
+            if (joined_source(n, pt) == AOTRT_OK) {
                 n->from_source = 1;
             } else {
                 /* compile layer by layer: the error then names the layer that fails */
                 n->joined = 0;
-                int rc = per_layer_sources(n);
+                int rc = per_layer_sources(n, pt);
                 if (rc)
                     return rc;
             }
@@ -164,7 +207,7 @@ int aotrt_build_programs(aotrt_net *n, const aotrt_options *o)
             const aotrt_binary *b = i < d->nbinaries ? &d->binaries[i] : NULL;
             if (use && b && b->size) {
                 char r[512];
-                if (from_binary(n, i, b, r, sizeof r) == 0) {
+                if (from_binary(n, i, b, r, sizeof r, pt) == 0) {
                     ++n->from_binary;
                     continue;
                 }
@@ -172,7 +215,7 @@ int aotrt_build_programs(aotrt_net *n, const aotrt_options *o)
                     snprintf(rejected, sizeof rejected, "%s", r);
             }
         }
-        int rc = per_layer_sources(n);
+        int rc = per_layer_sources(n, pt);
         if (rc)
             return rc;
     }
