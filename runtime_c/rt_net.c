@@ -575,7 +575,8 @@ static int read_params(aotrt_net *n, int fd, const char *shown, aotrt_trace *t)
         aotrt_trace_note(t, "%d x %.1f MiB, %s", r.slots, (double)r.slot / (1 << 20),
                          r.mem ? "pinned" : "ordinary memory");
     aotrt_trace_step(t, "ring", -1);
-    n->params_set = 0;    /* as in set_params: until every tensor is written */
+    if (!rc)
+        n->params_set = 0;    /* as in set_params: until every tensor is written */
     double read_ms = 0, put_ms = 0, wait_ms = 0;
     size_t done = 0;
     int err = 0;
