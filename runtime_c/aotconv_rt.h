@@ -236,14 +236,14 @@ typedef struct {
 #define AOTRT_STAGE_BYTES (4L << 20)   /* best of 1-16 MiB for a 75 MiB input on an H100 */
 #define AOTRT_STAGE_SLOTS 4
 /* The threads that copy a chunk into its slot (and out of it): the caller and a pool made by
- * create (rt_pool.c), each thread a contiguous part of at least AOTRT_STAGE_PART bytes (a
- * smaller part costs more to hand over than to copy). */
+ * create (rt_pool.c), taking pieces of at least AOTRT_STAGE_PART bytes (a smaller piece costs
+ * more to hand over than to copy), no more threads than a slot has pieces. */
 #define AOTRT_STAGE_THREADS_DEFAULT 8  /* one thread copies ~7-8 GB/s; 8 reach the DMA's rate */
 #define AOTRT_STAGE_THREADS_MAX 64
 #define AOTRT_STAGE_PART (256L << 10)
 
-/* A pool of threads for large memcpy: aotrt_pool_copy splits a copy into contiguous parts,
- * the caller copies one and the pool's threads the others, and returns when all are done. */
+/* A pool of threads for large memcpy: aotrt_pool_copy cuts a copy into pieces, which the
+ * caller and the pool's threads claim until none is left, and returns when all are there. */
 typedef struct aotrt_pool aotrt_pool;
 
 typedef struct {
@@ -350,7 +350,7 @@ int aotrt_build_programs(aotrt_net *n, const aotrt_options *o);
 int aotrt_enqueue(aotrt_net *n, int launch, cl_event *ev);
 int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o);
 /* A pool of up to `threads` - 1 threads (fewer where they cannot be made; NULL for none),
- * aotrt_pool_threads of them; copies split into parts of at least `part` bytes. */
+ * aotrt_pool_threads of them; copies cut into pieces of at least `part` bytes. */
 aotrt_pool *aotrt_pool_new(int threads, size_t part);
 int aotrt_pool_threads(const aotrt_pool *p);
 /* memcpy(dst, src, len) by the caller and the pool's threads (NULL pool: by the caller). */

@@ -1,20 +1,26 @@
 /* The threads that copy run()'s staged input into the pinned ring and its output out of it.
  *
- * One thread's memcpy from pageable memory runs at ~7-8 GB/s, below a PCIe 5 DMA; several
- * reach the host's memory bandwidth. create() makes the pool once (aotrt_stage_setup); a copy
- * is split into contiguous parts, part 0 copied by the calling thread and part i by thread i,
- * and returns when every part is there. The bytes each thread writes are fixed by the length
- * alone, so the result is the same memcpy whatever the number of threads.
+ * One thread's memcpy from pageable memory runs at ~7-8 GB/s on a server's core, below a
+ * PCIe 5 DMA; several reach the host's memory bandwidth. create() makes the pool once
+ * (aotrt_stage_setup). A copy is cut into pieces of at least `part` bytes (at most MAX_PIECES),
+ * which the calling thread and the pool's threads claim one at a time until none is left; the
+ * call returns when every piece is there. Claimed, not dealt: a thread that the scheduler
+ * holds back (more threads than free cores) leaves its share to the others, the caller
+ * included, so a copy is never slower than by the caller alone by more than one piece. The
+ * pieces are fixed by the length alone and each is a memcpy of its own bytes, so the result
+ * is the same whatever the number of threads.
  *
- * Handing a copy over: the caller writes the job, then publishes a ticket (job number and
- * parts) under the lock and wakes the threads; a thread with a part copies it and counts it
- * off in `left`; the caller waits until `left` is 0 before it writes the next job. Threads
- * with no part in a job (a short copy) read only its ticket. Between copies a thread spins a
+ * Handing a copy over: the caller writes the job (dst, src, len, piece), sets `left` to its
+ * pieces, publishes `claim` (job number, pieces, next piece), then the job number in `ticket`
+ * under the lock, and wakes the threads. A thread claims piece i by moving `claim` from i to
+ * i + 1 (compare-and-swap: the job number in the word keeps a late thread off the next job),
+ * copies it and counts it off in `left`; the caller writes the next job only once `left` is
+ * 0, so a thread reads the job's fields only while they hold. Between copies a thread spins a
  * short while (yielding its CPU) before it sleeps, since run() hands over one chunk after
- * another and a futex wake-up on every chunk would cost about what a part takes to copy.
+ * another and a futex wake-up per chunk would cost about what a piece takes to copy.
  *
- * pthreads, in glibc's libc since 2.34 (the build links -pthread for older ones). No call here
- * fails: a thread that cannot be made leaves the pool smaller, a pool that cannot be made
+ * pthreads, in glibc's libc since 2.34 (the library links -pthread for older ones). No call
+ * here fails: a thread that cannot be made leaves the pool smaller, a pool that cannot be made
  * leaves the caller to copy alone.
  */
 #define _GNU_SOURCE   /* pthread_setname_np, sched_getaffinity (glibc); POSIX elsewhere */
@@ -32,30 +38,28 @@
 
 /* How long a thread (and the caller, for the others) spins before it sleeps. */
 #define SPIN_NS 200000L
-/* Part boundaries on cache lines, so no two threads write one line. */
+/* Piece boundaries on cache lines, so no two threads write one line. */
 #define ALIGN 64
-
-typedef struct {
-    aotrt_pool *pool;
-    int index;                /* its part of each job: 1 .. threads */
-} worker;
+/* `claim`: job number << 24 | pieces << 12 | next piece */
+#define MAX_PIECES 4095
+#define CLAIM(job, pieces, next) ((job) << 24 | (uint64_t)(pieces) << 12 | (uint64_t)(next))
 
 struct aotrt_pool {
     pthread_mutex_t lock;
-    pthread_cond_t wake;      /* a ticket posted, or stop */
-    pthread_cond_t done;      /* the last part of the job copied */
+    pthread_cond_t wake;      /* a job posted, or stop */
+    pthread_cond_t done;      /* the job's last piece copied */
     int nthreads;             /* threads made and running */
     pthread_t *threads;
-    worker *workers;
-    size_t part;              /* the least bytes worth a part */
+    size_t part;              /* the least bytes worth a piece */
     uint64_t job;             /* the caller's count of jobs posted */
-    /* the job: written by the caller before it posts the ticket, then left alone until
-     * `left` is 0; read only by the threads with a part in it */
+    /* the job: written by the caller before it posts it, then left alone until `left` is 0;
+     * read only by a thread that holds a claimed piece of it */
     unsigned char *dst;
     const unsigned char *src;
-    size_t len, chunk;        /* chunk: the bytes of one part (the last may be shorter) */
-    atomic_uint_least64_t ticket;   /* job << 8 | parts; 0 before the first */
-    atomic_int left;          /* parts the threads have still to copy */
+    size_t len, piece;        /* piece: the bytes of one (the last may be shorter) */
+    atomic_uint_least64_t claim;    /* CLAIM(job, pieces, next piece) */
+    atomic_uint_least64_t ticket;   /* the job posted last; 0 before the first */
+    atomic_int left;          /* pieces of the job not copied yet */
     atomic_int stop;
 };
 
@@ -66,14 +70,29 @@ static long long now_ns(void)
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-static void copy_part(aotrt_pool *p, int i)
+/* Claim and copy pieces of the job posted until none is left; 1 if this thread copied its
+ * last piece (`left` reached 0). */
+static int drain(aotrt_pool *p)
 {
-    size_t off = (size_t)i * p->chunk;
-    if (off < p->len)
-        memcpy(p->dst + off, p->src + off, p->len - off < p->chunk ? p->len - off : p->chunk);
+    uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    for (;;) {
+        uint64_t pieces = c >> 12 & 0xfff, i = c & 0xfff;
+        if (i >= pieces)
+            return 0;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acquire,
+                                                   memory_order_acquire))
+            continue;        /* c is the word now: another claimed first */
+        size_t off = (size_t)i * p->piece;
+        if (off < p->len)
+            memcpy(p->dst + off, p->src + off,
+                   p->len - off < p->piece ? p->len - off : p->piece);
+        if (atomic_fetch_sub_explicit(&p->left, 1, memory_order_acq_rel) == 1)
+            return 1;
+        c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    }
 }
 
-/* The ticket after `seen`: spun for, then slept for; `seen` again once the pool stops. */
+/* The ticket after `seen`: spun for, then slept for; returns early once the pool stops. */
 static uint64_t next_ticket(aotrt_pool *p, uint64_t seen)
 {
     long long until = now_ns() + SPIN_NS;
@@ -96,18 +115,13 @@ static uint64_t next_ticket(aotrt_pool *p, uint64_t seen)
 
 static void *work(void *arg)
 {
-    worker *w = arg;
-    aotrt_pool *p = w->pool;
+    aotrt_pool *p = arg;
     uint64_t seen = 0;
     for (;;) {
-        uint64_t t = next_ticket(p, seen);
+        seen = next_ticket(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
             return NULL;
-        seen = t;
-        if (w->index >= (int)(t & 0xff))
-            continue;          /* no part in this job */
-        copy_part(p, w->index);
-        if (atomic_fetch_sub_explicit(&p->left, 1, memory_order_acq_rel) == 1) {
+        if (drain(p)) {
             pthread_mutex_lock(&p->lock);
             pthread_cond_broadcast(&p->done);
             pthread_mutex_unlock(&p->lock);
@@ -131,18 +145,17 @@ aotrt_pool *aotrt_pool_new(int threads, size_t part)
     int want = threads - 1;
     if (want < 1)
         return NULL;
-    want = want < 254 ? want : 254;      /* parts fit the ticket's 8 bits */
     aotrt_pool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
     p->threads = calloc((size_t)want, sizeof *p->threads);
-    p->workers = calloc((size_t)want, sizeof *p->workers);
     p->part = part ? part : 1;
+    atomic_init(&p->claim, 0);
     atomic_init(&p->ticket, 0);
     atomic_init(&p->left, 0);
     atomic_init(&p->stop, 0);
     int mutex = 0, wake = 0, done = 0;
-    if (!p->threads || !p->workers || !(mutex = !pthread_mutex_init(&p->lock, NULL)) ||
+    if (!p->threads || !(mutex = !pthread_mutex_init(&p->lock, NULL)) ||
         !(wake = !pthread_cond_init(&p->wake, NULL)) ||
         !(done = !pthread_cond_init(&p->done, NULL))) {
         if (mutex)
@@ -150,7 +163,6 @@ aotrt_pool *aotrt_pool_new(int threads, size_t part)
         if (wake)
             pthread_cond_destroy(&p->wake);
         free(p->threads);
-        free(p->workers);
         free(p);
         return NULL;
     }
@@ -159,9 +171,7 @@ aotrt_pool *aotrt_pool_new(int threads, size_t part)
     sigfillset(&all);
     int masked = !pthread_sigmask(SIG_SETMASK, &all, &old);
     for (int i = 0; i < want; ++i) {
-        p->workers[i].pool = p;
-        p->workers[i].index = i + 1;
-        if (pthread_create(&p->threads[i], NULL, work, &p->workers[i]) != 0)
+        if (pthread_create(&p->threads[i], NULL, work, p) != 0)
             break;           /* fewer threads, the same copies */
 #if defined(__GLIBC__)
         pthread_setname_np(p->threads[i], "aotconv-stage");
@@ -184,26 +194,27 @@ int aotrt_pool_threads(const aotrt_pool *p)
 
 void aotrt_pool_copy(aotrt_pool *p, void *dst, const void *src, size_t len)
 {
-    size_t parts = p ? (len + p->part - 1) / p->part : 1;
-    parts = p && parts > (size_t)p->nthreads + 1 ? (size_t)p->nthreads + 1 : parts;
-    if (parts <= 1) {
+    if (!p || len < 2 * p->part) {
         if (len)
             memcpy(dst, src, len);
         return;
     }
-    size_t chunk = (len + parts - 1) / parts;
-    chunk = (chunk + ALIGN - 1) / ALIGN * ALIGN;
+    size_t piece = len / MAX_PIECES + 1 > p->part ? len / MAX_PIECES + 1 : p->part;
+    piece = (piece + ALIGN - 1) / ALIGN * ALIGN;
+    size_t pieces = (len + piece - 1) / piece;
     p->dst = dst;
     p->src = src;
     p->len = len;
-    p->chunk = chunk;
-    atomic_store_explicit(&p->left, (int)parts - 1, memory_order_relaxed);
-    pthread_mutex_lock(&p->lock);
+    p->piece = piece;
     ++p->job;
-    atomic_store_explicit(&p->ticket, p->job << 8 | parts, memory_order_release);
+    atomic_store_explicit(&p->left, (int)pieces, memory_order_relaxed);
+    atomic_store_explicit(&p->claim, CLAIM(p->job, pieces, 0), memory_order_release);
+    pthread_mutex_lock(&p->lock);
+    atomic_store_explicit(&p->ticket, p->job, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
-    copy_part(p, 0);
+    if (drain(p))
+        return;              /* the caller copied the last piece */
     long long until = now_ns() + SPIN_NS;
     for (unsigned k = 0; atomic_load_explicit(&p->left, memory_order_acquire); ++k) {
         if ((k & 15) == 15 && now_ns() > until) {
@@ -226,7 +237,6 @@ void aotrt_pool_free(aotrt_pool *p)
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->lock);
     free(p->threads);
-    free(p->workers);
     free(p);
 }
 

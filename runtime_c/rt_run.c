@@ -37,7 +37,7 @@ int aotrt_enqueue(aotrt_net *n, int i, cl_event *ev)
 
 /* The threads that copy for the staging ring: options.stage_threads (0: the CPUs this process
  * may run on, at most AOTRT_STAGE_THREADS_DEFAULT; above AOTRT_STAGE_THREADS_MAX, that), no more
- * than a slot has parts of AOTRT_STAGE_PART bytes. */
+ * than a slot has pieces of AOTRT_STAGE_PART bytes. */
 static int stage_threads(const aotrt_options *o, size_t slot)
 {
     int want = o ? o->stage_threads : 0;
@@ -46,8 +46,8 @@ static int stage_threads(const aotrt_options *o, size_t slot)
         want = want < AOTRT_STAGE_THREADS_DEFAULT ? want : AOTRT_STAGE_THREADS_DEFAULT;
     }
     want = want < AOTRT_STAGE_THREADS_MAX ? want : AOTRT_STAGE_THREADS_MAX;
-    size_t parts = (slot + AOTRT_STAGE_PART - 1) / AOTRT_STAGE_PART;
-    return parts < (size_t)want ? (int)parts : want;
+    size_t pieces = (slot + AOTRT_STAGE_PART - 1) / AOTRT_STAGE_PART;
+    return pieces < (size_t)want ? (int)pieces : want;
 }
 
 /* The staging ring: slots of min(chunk, largest transfer) bytes, as many as the largest

@@ -3,7 +3,7 @@ staging ring split among the calling thread and a pool that create() makes and d
 joins (options.stage_threads).
 
 Device-free: the pool compiled on its own with ThreadSanitizer, copying like memcpy over
-lengths that are no multiple of a part or of the thread count, with threads that cannot be
+lengths that are no multiple of a piece or of the thread count, with threads that cannot be
 made. PoCL: a network of two inputs and two outputs of 1.4 and 2.3 MB at batch sizes 3 and 7,
 whose outputs through 2 to 9 threads are the bytes of one thread's, for run() and run_n."""
 import os
@@ -23,11 +23,11 @@ RUNTIME = Path(__file__).resolve().parent.parent / "runtime_c"
 PART = 256 << 10          # AOTRT_STAGE_PART
 DEFAULT_MAX = 8           # AOTRT_STAGE_THREADS_DEFAULT
 
-# argv: threads, part bytes, copies, threads pthread_create makes before it fails (-1: all).
-# Copies of random lengths (and the edges: 0, 1, a part, a part +- 1, primes) between random
-# offsets; every byte of the destination and the guard bytes around it checked; now and then
-# a pause longer than the pool's spin, so its threads sleep and are woken. Prints the threads
-# the pool has.
+# argv: threads, the least piece in bytes, copies, threads pthread_create makes before it fails
+# (-1: all), the longest copy. Copies of random lengths (and the edges: 0, 1, a piece, a piece
+# +- 1, primes) between random offsets; every byte of the destination and the guard bytes
+# around it checked; now and then a pause longer than the pool's spin, so its threads sleep
+# and are woken. Prints the threads the pool has.
 POOL_DRIVER = r"""
 #include "aotconv_rt.h"
 #include <errno.h>
@@ -57,20 +57,22 @@ static unsigned long long next(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5)
+    if (argc != 6)
         return 2;
     int threads = atoi(argv[1]);
     size_t part = (size_t)atol(argv[2]);
     int copies = atoi(argv[3]);
     allowed = atoi(argv[4]);
-    const size_t most = 9 * part + 4099, guard = 64;
+    const size_t most = (size_t)atol(argv[5]), guard = 64;
     unsigned char *src = malloc(most + 2 * guard), *dst = malloc(most + 2 * guard);
     if (!src || !dst)
         return 2;
     aotrt_pool *p = aotrt_pool_new(threads, part);
     printf("threads %d\n", aotrt_pool_threads(p));
-    const size_t edges[] = {0, 1, 63, 64, 65, part - 1, part, part + 1, 2 * part + 7,
-                            3 * part, 7919, 5 * part + 13, most};
+    size_t edges[] = {0, 1, 63, 64, 65, part - 1, part, part + 1, 2 * part + 7, 3 * part, 7919,
+                      5 * part + 13, most};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; ++i)
+        edges[i] = edges[i] < most ? edges[i] : most;
     const size_t nedges = sizeof edges / sizeof edges[0];
     for (int c = 0; c < copies; ++c) {
         size_t len = c < (int)nedges ? edges[c] : next() % (most + 1);
@@ -123,9 +125,10 @@ def pool_driver(tmp_path_factory):
     return exe
 
 
-def _drive(exe, threads, part, copies, allowed=-1):
+def _drive(exe, threads, part, copies, allowed=-1, most=None):
     env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1:exitcode=66")
-    r = subprocess.run([str(exe), str(threads), str(part), str(copies), str(allowed)],
+    most = 9 * part + 4099 if most is None else most
+    r = subprocess.run([str(exe), str(threads), str(part), str(copies), str(allowed), str(most)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert "ThreadSanitizer" not in r.stderr, r.stderr
     assert r.returncode == 0 and r.stdout.endswith("ok\n"), r.stdout + r.stderr
@@ -135,10 +138,16 @@ def _drive(exe, threads, part, copies, allowed=-1):
 @pytest.mark.parametrize("threads, part", [
     (4, 4096),
     (2, 4096),
-    (9, 1000),               # parts not on cache lines
+    (9, 1000),               # more threads than cores; pieces rounded up to cache lines
 ])
 def test_pool_copies_like_memcpy_without_races(pool_driver, threads, part):
     assert _drive(pool_driver, threads, part, 200) == threads - 1
+
+
+def test_pool_copies_of_many_pieces(pool_driver):
+    """Copies of up to 600000 bytes with pieces of 16 bytes at least: more than the 4095 a
+    copy is cut into at most, so the pieces grow."""
+    assert _drive(pool_driver, 3, 16, 30, most=600_000) == 2
 
 
 @pytest.mark.parametrize("allowed, made", [(2, 2), (0, 0)])
@@ -210,9 +219,9 @@ def one_thread(big):
 
 
 @pytest.mark.parametrize("threads, stage", [
-    (3, 333_333),            # 2 parts of every 333333-byte chunk: 5 chunks an input
-    (0, 0),                  # the defaults: one chunk, as many parts as CPUs (9 at most)
-    (8, 1_000_003),          # 3 parts, the last chunk of each input shorter
+    (3, 333_333),            # 2 pieces of every 333333-byte chunk: 5 chunks an input
+    (0, 0),                  # the defaults: one chunk of 9 pieces
+    (8, 1_000_003),          # 4 pieces, the last chunk of each input shorter
     (5, 0),
 ])
 def test_threads_give_the_bytes_of_one(big, one_thread, threads, stage):
@@ -231,7 +240,7 @@ def test_threads_give_the_bytes_of_one(big, one_thread, threads, stage):
     assert close(want[None][0].ravel(), np.maximum(a + b, 0).ravel())[0]
 
 
-def _parts(stage):
+def _pieces(stage):
     slot = min(stage or 4 << 20, OUT_BYTES)
     return -(-slot // PART)
 
@@ -240,9 +249,9 @@ def _parts(stage):
     (4, 0, 3),               # the caller and 3 threads
     (1, 0, 0),               # the caller alone
     (4, -1, 0),              # no staging, no threads
-    (4, 300_000, 1),         # a slot of two parts: one thread beside the caller
-    (4, 200_000, 0),         # a slot of one part: none
-    (1000, 0, _parts(0) - 1),  # clamped to 64, and to the parts of a slot
+    (4, 300_000, 1),         # a slot of two pieces: one thread beside the caller
+    (4, 200_000, 0),         # a slot of one piece: none
+    (1000, 0, _pieces(0) - 1),  # clamped to 64, and to the pieces of a slot
 ])
 def test_create_makes_the_threads_and_destroy_joins_them(big, threads, stage, made):
     if not Path("/proc/self/task").is_dir():
@@ -259,7 +268,7 @@ def test_create_makes_the_threads_and_destroy_joins_them(big, threads, stage, ma
 def test_default_is_one_thread_per_cpu_up_to_8(big):
     if not Path("/proc/self/task").is_dir():
         pytest.skip("no /proc/self/task")
-    want = min(len(os.sched_getaffinity(0)), DEFAULT_MAX, _parts(0)) - 1
+    want = min(len(os.sched_getaffinity(0)), DEFAULT_MAX, _pieces(0)) - 1
     before = stage_threads_alive()
     with load(big) as net:
         assert stage_threads_alive() - before == want
