@@ -11,14 +11,18 @@ total) and `alone` (every point that violates it, whatever else does).
 coordinate per dimension ("variant" plus the union of the knobs, -1 where a variant lacks a
 knob), Hamming neighbours and the nearest valid point.
 """
+from collections.abc import Mapping, MutableSequence
 from dataclasses import dataclass, field
+import bisect
 import math
+import operator
 
 import numpy as np
 
 from .precision import reason as precision_reason
 from .variants import active
-from .variants.base import Config, Partial, Unbound, Variant
+from .space_enum import Points, judge
+from .variants.base import Config, Variant
 from .variants.limits import (INDEX_LIMIT, constraints_of, device_constraints,  # noqa: F401
                               index_extents, index_stride, indices_fit, own_constraints,
                               tensor_extents, variant_buffers_fit)
@@ -55,14 +59,21 @@ class VariantSpace:
 def variant_space(layer, variant, target, explain=True):
     """Enumerate and prune `variant`'s space for `layer` under `target`.
 
-    explain=True checks every constraint on every point of the product: `first` counts the
-    points each constraint was first to reject in level order, `alone` every violation
-    (`aotconv space`). explain=False (the search) prunes while it enumerates (`_staged`): the
-    survivors are the same, in the same order, `first` counts what each constraint pruned in
-    that walk, `alone` is left empty, and big spaces take a fraction of the time."""
+    explain=True counts as a check of every constraint on every point of the product would:
+    `first` the points each constraint was first to reject in level order, `alone` every
+    violation (`aotconv space --exact`). explain=False (the search) counts as the staged walk
+    does, which judges each constraint as soon as the knobs it reads are set: the survivors
+    are the same, in the same order, `first` counts what each constraint pruned in that walk,
+    `alone` is left empty. Both are computed by aotconv.space_enum, which judges a constraint
+    once per combination of the knobs it reads, not once per point; the survivors are a
+    `Points` sequence, made into Configs where they are read."""
     cons = constraints_of(variant, target)
-    if not explain and type(variant).configs is Variant.configs:
-        return _staged(layer, variant, target, cons)
+    knobs = list(variant.knobs(layer, target))
+    if type(variant).configs is Variant.configs:
+        j = judge(layer, variant, target, cons, knobs, exact=explain)
+        return VariantSpace(variant, knobs, j.total, Points(knobs, j.survivors), cons, j.first,
+                            j.alone if explain else {}, j.errors)
+    # a variant whose points are not the product of its knobs: judged point by point
     first = {c.name: 0 for c in cons}
     alone = {c.name: 0 for c in cons}
     errors = {}
@@ -85,66 +96,8 @@ def variant_space(layer, variant, target, explain=True):
                     break
         if failed is None:
             points.append(cfg)
-    return VariantSpace(variant, list(variant.knobs(layer, target)), total, points, cons,
-                        first, alone if explain else {}, errors)
-
-
-def _staged(layer, variant, target, cons):
-    """variant_space(explain=False): walk the product of the knobs depth first, in knob order,
-    and judge each constraint as soon as the knobs it reads are set, so one verdict prunes a
-    whole subtree. A constraint that reads an unset knob waits until that knob is set; one that
-    fails otherwise on a partial point waits for the whole point, where an exception rejects
-    the point as in the full walk. The constraints are pure functions of (layer, knobs read,
-    target), so a verdict on the knobs it read holds for every completion: the survivors are
-    exactly those of the full walk, in the same order."""
-    knobs = list(variant.knobs(layer, target))
-    names = frozenset(k.name for k in knobs)
-    depth_of = {k.name: i for i, k in enumerate(knobs)}
-    n = len(knobs)
-    below = [1] * (n + 1)                    # points under a node of depth d
-    for d in range(n - 1, -1, -1):
-        below[d] = below[d + 1] * len(knobs[d].values)
-    first = {c.name: 0 for c in cons}
-    errors = {}
-    points = []
-
-    def judge(d, items, pending):
-        """Judge the pending constraints that can judge at depth d: None when one prunes the
-        node, else those still waiting (a point at the full depth is kept)."""
-        cfg = Config(items) if d == n else Partial(items, names, knobs[-1].name)
-        later = []
-        for wait, c in pending:
-            if wait > d:
-                later.append((wait, c))
-                continue
-            try:
-                ok = bool(c.check(layer, cfg, target))
-            except Unbound as u:
-                later.append((depth_of[u.name] + 1, c))
-                continue
-            except Exception as e:
-                if d < n:                    # maybe only the unset knobs are missing
-                    later.append((n, c))
-                    continue
-                ok = False
-                errors.setdefault(c.name, f"{type(e).__name__}: {e}")
-            if not ok:
-                first[c.name] += below[d]
-                return None
-        if d == n:
-            points.append(cfg)
-        return later
-
-    def walk(d, items, pending):
-        pending = judge(d, items, pending)
-        if pending is None or d == n:
-            return
-        name, values = knobs[d].name, knobs[d].values
-        for v in values:
-            walk(d + 1, items + ((name, v),), pending)
-
-    walk(0, (), [(0, c) for c in cons])
-    return VariantSpace(variant, knobs, below[0], points, cons, first, {}, errors)
+    return VariantSpace(variant, knobs, total, points, cons, first,
+                        alone if explain else {}, errors)
 
 
 def point_ok(layer, variant, cfg, target):
@@ -247,8 +200,7 @@ def restrict(space, where):
         if unknown:
             raise AotconvError(f"--where {p.variant.name}: no knob {', '.join(unknown)}; its "
                                f"knobs: {', '.join(k.name for k in p.knobs)}")
-        pts = [c for c in p.points
-               if all(str(c[k]) in vals for k, vals in wanted.items())]
+        pts = _where_points(p, wanted)
         parts.append(VariantSpace(p.variant, p.knobs, p.total, pts, p.constraints, p.first,
                                   p.alone, p.errors, p.enumerated))
     if not any(p.points for p in parts):
@@ -257,6 +209,19 @@ def restrict(space, where):
         raise AotconvError(f"layer '{space.layer.name}': no valid point of {named} (--where); "
                            f"see `aotconv space` for the values its constraints allow")
     return LayerSpace(space.layer, space.target, parts, space.unsupported)
+
+
+def _where_points(part, wanted):
+    """The points of `part` whose knobs take the values (as text) `wanted` lists."""
+    if not isinstance(part.points, Points):
+        return [c for c in part.points if all(str(c[k]) in vals for k, vals in wanted.items())]
+    keep = np.ones(len(part.points), dtype=bool)
+    cols = part.points.columns()
+    for j, k in enumerate(part.knobs):
+        if k.name in wanted:
+            ok = np.array([str(v) in wanted[k.name] for v in k.values], dtype=bool)
+            keep &= ok[cols[j]]
+    return part.points.subset(keep)
 
 
 # -- a layer's space --------------------------------------------------------------------------
@@ -270,7 +235,9 @@ class LayerSpace:
 
     @property
     def candidates(self):
-        return [Candidate(p.variant.name, cfg) for p in self.parts for cfg in p.points]
+        """Every variant's points as Candidates, variant after variant: a list, whose
+        Candidates are made where they are read (`Candidates`)."""
+        return Candidates([(p.variant.name, p.points) for p in self.parts])
 
     @property
     def total(self):
@@ -299,11 +266,13 @@ def layer_space(layer, target, variants=None, explain=False):
 
 def enumerate_plain(layers, target):
     """[(parts, unsupported)] of each layer's pruned space as plain, picklable data (the
-    constraints hold lambdas; `layer_spaces` rebuilds them)."""
+    constraints hold lambdas; `layer_spaces` rebuilds them): per variant its name, size, the
+    survivors' flat indices into its knob product, `first` and `errors`."""
     out = []
     for layer in layers:
         sp = layer_space(layer, target)
-        out.append(([(p.variant.name, p.total, [c.items for c in p.points], p.first, p.errors)
+        out.append(([(p.variant.name, p.total, p.points.flat if isinstance(p.points, Points)
+                      else [c.items for c in p.points], p.first, p.errors)
                      for p in sp.parts], sp.unsupported))
     return out
 
@@ -334,10 +303,12 @@ def layer_spaces(layers, target, jobs=None):
     out = []
     for layer, (parts, unsupported) in zip(layers, done):
         vs = []
-        for name, total, points, first, errors in parts:
+        for name, total, flat, first, errors in parts:
             v = BY_NAME[name]
-            vs.append(VariantSpace(v, list(v.knobs(layer, target)), total,
-                                   [Config(items) for items in points],
+            knobs = list(v.knobs(layer, target))
+            pts = (Points(knobs, flat) if isinstance(flat, np.ndarray)
+                   else [Config(items) for items in flat])
+            vs.append(VariantSpace(v, knobs, total, pts,
                                    constraints_of(v, target), first, {}, errors))
         out.append(LayerSpace(layer, target, vs, unsupported))
     return out
@@ -410,6 +381,130 @@ def report(space, exact=True):
     return "\n".join(lines)
 
 
+# -- a layer's candidates, made where they are read --------------------------------------------
+
+class Candidates(MutableSequence):
+    """The Candidates of several variants' points ([(variant name, points)]), variant after
+    variant, made one by one where they are read; a change (append, insert...) makes them all
+    into a list of its own first."""
+
+    def __init__(self, parts):
+        self.parts = [(name, pts) for name, pts in parts if len(pts)]
+        self.starts = []
+        n = 0
+        for _, pts in self.parts:
+            self.starts.append(n)
+            n += len(pts)
+        self._n = n
+        self._list = None
+
+    def _all(self):
+        if self._list is None:
+            self._list = [Candidate(name, c) for name, pts in self.parts for c in pts]
+        return self._list
+
+    def __len__(self):
+        return self._n if self._list is None else len(self._list)
+
+    def __getitem__(self, i):
+        if self._list is not None or isinstance(i, slice):
+            return self._all()[i]
+        i = operator.index(i)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("candidate index out of range")
+        k = bisect.bisect_right(self.starts, i) - 1
+        name, pts = self.parts[k]
+        return Candidate(name, pts[i - self.starts[k]])
+
+    def position(self, cand):
+        """The index of `cand`, or None when it is not one of the candidates."""
+        if self._list is not None or type(cand) is not Candidate:
+            try:
+                return self._all().index(cand)
+            except ValueError:
+                return None
+        for (name, pts), start in zip(self.parts, self.starts):
+            if name == cand.variant:
+                at = (pts.position(cand.cfg) if isinstance(pts, Points)
+                      else _list_position(pts, cand.cfg))
+                if at is not None:
+                    return start + at
+        return None
+
+    def __contains__(self, cand):
+        return self.position(cand) is not None
+
+    def index(self, cand, *args):
+        at = None if args else self.position(cand)
+        return self._all().index(cand, *args) if at is None else at
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __add__(self, other):
+        return self._all() + list(other) if isinstance(other, (list, Candidates)) \
+            else NotImplemented
+
+    def __radd__(self, other):
+        return list(other) + self._all() if isinstance(other, list) else NotImplemented
+
+    def copy(self):
+        return list(self._all())
+
+    def sort(self, **kw):
+        self._all().sort(**kw)
+
+    def __eq__(self, other):
+        if isinstance(other, Candidates):
+            return self._all() == other._all()
+        if isinstance(other, list):
+            return self._all() == other
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"Candidates({len(self)})"
+
+    def __setitem__(self, i, value):
+        self._all()[i] = value
+
+    def __delitem__(self, i):
+        del self._all()[i]
+
+    def insert(self, i, value):
+        self._all().insert(i, value)
+
+
+def _list_position(points, cfg):
+    try:
+        return points.index(cfg)
+    except ValueError:
+        return None
+
+
+class _GridIndex(Mapping):
+    """Grid.index of a grid over `Candidates`: a candidate's index, found from its knob values
+    (no dict of every point)."""
+
+    def __init__(self, cands):
+        self._cands = cands
+
+    def __getitem__(self, cand):
+        at = self._cands.position(cand)
+        if at is None:
+            raise KeyError(cand)
+        return at
+
+    def __iter__(self):
+        return iter(self._cands)
+
+    def __len__(self):
+        return len(self._cands)
+
+
 # -- geometry for the strategies --------------------------------------------------------------
 
 def _sort_values(vals):
@@ -423,6 +518,10 @@ class Grid:
     """Integer coordinates of candidates: dimension 0 is the variant, then the union of knobs."""
 
     def __init__(self, candidates):
+        if (isinstance(candidates, Candidates) and candidates._list is None
+                and all(isinstance(pts, Points) for _, pts in candidates.parts)):
+            self._of_points(candidates)
+            return
         self.points = list(candidates)
         self.index = {c: i for i, c in enumerate(self.points)}
         # the points come in runs of one variant whose configs share a knob order: build the
@@ -453,6 +552,36 @@ class Grid:
         for start, stop, j, vals in columns:
             code = codes[j]
             m[start:stop, j] = [code[v] for v in vals]
+        self.coords = m
+
+    def _of_points(self, cands):
+        """The same grid from Candidates whose points are all `Points`: the coordinates from
+        their knob value indices with numpy; points and index made where they are read."""
+        self.points = cands
+        self.index = _GridIndex(cands)
+        names = []
+        for _, pts in cands.parts:
+            names.extend(k.name for k in pts.knobs if k.name not in names)
+        self.dims = ["variant"] + names
+        col = {k: j for j, k in enumerate(names, start=1)}
+        seen = [set() for _ in self.dims]
+        columns = [pts.columns() for _, pts in cands.parts]
+        for (name, pts), cols in zip(cands.parts, columns):
+            seen[0].add(name)
+            for k, c in zip(pts.knobs, cols):
+                # the values in the order the points first take them, as a walk would add them
+                present, at = np.unique(c, return_index=True)
+                seen[col[k.name]].update(k.values[i] for i in present[np.argsort(at)])
+        self.values = [_sort_values(v) for v in seen]
+        codes = [{v: i for i, v in enumerate(vs)} for vs in self.values]
+        m = np.full((len(cands), len(self.dims)), -1, dtype=np.int32)
+        for (name, pts), cols, start in zip(cands.parts, columns, cands.starts):
+            stop = start + len(pts)
+            m[start:stop, 0] = codes[0][name]
+            for k, c in zip(pts.knobs, cols):
+                code = codes[col[k.name]]
+                lut = np.array([code.get(v, -1) for v in k.values], dtype=np.int32)
+                m[start:stop, col[k.name]] = lut[c]
         self.coords = m
 
     def __len__(self):

@@ -131,6 +131,17 @@ def whole(cfg):
         raise Unbound(cfg._last)
 
 
+def traced(cfg, key, fn):
+    """fn(): something a constraint computes from the knobs of `cfg` alone (with the layer and
+    target of the space being judged), such as a point's launches. aotconv.space_enum judges
+    constraints on probes that hold only the knobs read so far; a probe remembers fn's value
+    by the knobs fn read and their values (`key` names fn within the space), so that every
+    constraint that needs a point's launches shares one computation of them. Anywhere else it
+    is fn(). The value is shared: the caller must not change it."""
+    hook = getattr(type(cfg), "_traced", None)
+    return fn() if hook is None else hook(cfg, key, fn)
+
+
 @dataclass(frozen=True)
 class Knob:
     name: str

@@ -22,7 +22,7 @@ may ask for) through cl_nv_device_attribute_query.
 fallback() picks from its preferred points is never pruned. This module sits below the space
 and beside the variants, so that both read it and data flows one way: variants -> space.
 """
-from .base import Config, Constraint, LEVELS, NoFallback, whole
+from .base import Config, Constraint, LEVELS, NoFallback, traced, whole
 
 # cl_nv_device_attribute_query
 CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV = 0x4000
@@ -68,17 +68,22 @@ class _Geometry:
             return self._point
         if layer is not self._layer:
             self._largest = None
-        ls = self.variant.launches(layer, cfg, "k")
         p = self._Point()
-        p.lsizes = [tuple(l.lsize) for l in ls if l.lsize and l.phase == "run"]
-        p.wg = max([_prod(s) for s in p.lsizes] or [1])
-        p.work_items = [(l.kernel, l.phase, _prod(l.gsize)) for l in ls]
-        # the largest work-item id extent, an elementwise launch's VEC elements each
-        vec = cfg.get("VEC", 1)
-        p.items = max([n * vec if ph == "run" else n for _, ph, n in p.work_items] or [0])
+        p.lsizes, p.wg, p.work_items, p.items = traced(
+            cfg, ("geometry", id(self)), lambda: self._launch_figures(layer, cfg))
         p.sizes = p.largest_own = None
         self._layer, self._cfg, self._point = layer, cfg, p
         return p
+
+    def _launch_figures(self, layer, cfg):
+        ls = self.variant.launches(layer, cfg, "k")
+        lsizes = [tuple(l.lsize) for l in ls if l.lsize and l.phase == "run"]
+        wg = max([_prod(s) for s in lsizes] or [1])
+        work_items = [(l.kernel, l.phase, _prod(l.gsize)) for l in ls]
+        # the largest work-item id extent, an elementwise launch's VEC elements each
+        vec = cfg.get("VEC", 1)
+        items = max([n * vec if ph == "run" else n for _, ph, n in work_items] or [0])
+        return lsizes, wg, work_items, items
 
     def lsizes(self, layer, cfg):
         return self.of(layer, cfg).lsizes
@@ -95,8 +100,9 @@ class _Geometry:
         point's entry, when the caller has it."""
         p = p or self.of(layer, cfg)
         if p.sizes is None:
-            p.sizes = (list(self.variant.buffers(layer, cfg).values()),
-                       self.variant.scratch_floats(layer, cfg))
+            p.sizes = traced(cfg, ("sizes", id(self)),
+                             lambda: (list(self.variant.buffers(layer, cfg).values()),
+                                      self.variant.scratch_floats(layer, cfg)))
             p.largest_own = max(p.sizes[0] + [p.sizes[1]])
         return p.sizes
 
@@ -195,13 +201,17 @@ def device_constraints(variant, target):
     """The constraints every variant gets automatically: the target's limits (hardware level)
     and the index width of the kernels (software level)."""
     geo = _Geometry(variant)
+
+    def local_mem(l, c):
+        return traced(c, ("local_mem", id(variant)), lambda: variant.local_mem_bytes(l, c))
+
     out = [
         Constraint("device.wg_size", "hardware",
                    f"work-items per work-group above the device limit ({target.max_wg_size})",
                    lambda l, c, t: geo.wg(l, c) <= t.max_wg_size),
         Constraint("device.local_mem", "hardware",
                    f"local memory per work-group above the device's {target.local_mem_bytes} B",
-                   lambda l, c, t: variant.local_mem_bytes(l, c) <= t.local_mem_bytes),
+                   lambda l, c, t: local_mem(l, c) <= t.local_mem_bytes),
         Constraint("device.index_width", "software",
                    f"an index the kernels compute (tensors, padding, scratch, work-item ids) "
                    f"past the {INDEX_LIMIT} that their 32-bit ints reach",
@@ -239,9 +249,12 @@ def device_constraints(variant, target):
             "device.occupancy_local_mem", "hardware",
             f"fewer than {target.min_wg_per_cu} work-groups per compute unit fit in its "
             f"{per_cu} B of local memory (BEAST's minimum occupancy)",
-            lambda l, c, t: t.min_wg_per_cu * variant.local_mem_bytes(l, c) <= per_cu))
-    regs = getattr(variant, "registers", None)
-    if regs is not None:
+            lambda l, c, t: t.min_wg_per_cu * local_mem(l, c) <= per_cu))
+    own_regs = getattr(variant, "registers", None)
+    if own_regs is not None:
+        def regs(l, c):
+            return traced(c, ("registers", id(variant)), lambda: own_regs(l, c))
+
         out.append(Constraint(
             "device.registers", "hardware",
             f"estimated registers per work-item above the device's {target.max_regs_per_thread}",
