@@ -1,5 +1,7 @@
 """An imported torchvision model against its shipped net.yaml twin: both built from the same
-records (no tuning), both timed the same way (tools/time_library.py's medians), one table.
+records (no tuning), both timed the same way (tools/time_library.py's medians, each in a process of its own, then
+both in one process in turn, round after round, which no ordering or host noise favours), and
+their kernels compared (variant and configuration per layer), one table.
 
     python tools/onnx_twin.py --target h100 --models resnet50,mobilenet_v2 --out build/twin
 
@@ -33,6 +35,42 @@ def build(source, target, out, check, budget=None):
     return warn
 
 
+def choices(d):
+    """[(layer, variant, config)] of a build, in the order of its layers."""
+    meta = json.loads((Path(d) / "tuning.json").read_text())
+    return [(L["layer"], L["variant"], json.dumps(L.get("config"), sort_keys=True))
+            for L in meta["layers"]]
+
+
+def interleaved(dirs, rounds=20, per_round=10):
+    """Both libraries loaded in this process and timed in turn, round after round, so that
+    neither gets the quieter moments of the host: each one's median run() from its pinned
+    buffers and median kernel sum over every run."""
+    import time
+    import numpy as np
+    from aotconv.runtime import load
+    nets = [load(d) for d in dirs]
+    try:
+        for net in nets:
+            xin, _ = net.host_buffers()
+            xin[...] = np.random.default_rng(0).standard_normal(xin.shape).astype(np.float32)
+            for _ in range(5):
+                net.run_host()
+        wall = [[] for _ in nets]
+        kern = [[] for _ in nets]
+        for _ in range(rounds):
+            for i, net in enumerate(nets):
+                for _ in range(per_round):
+                    t0 = time.perf_counter()
+                    net.run_host()
+                    wall[i].append((time.perf_counter() - t0) * 1e3)
+                    kern[i].append(sum(ms for _, ms in net.profile()))
+        return [(float(np.median(w)), float(np.median(k))) for w, k in zip(wall, kern)]
+    finally:
+        for net in nets:
+            net.close()
+
+
 def main(argv=None):
     import models
     from time_library import main as time_main
@@ -60,6 +98,17 @@ def main(argv=None):
             row[kind] = json.loads(js.read_text())
             kernels = (d / "report.md").read_text() if (d / "report.md").exists() else ""
             row[f"{kind}_report_lines"] = len(kernels.splitlines())
+        a_ch, b_ch = choices(out / f"{name}-onnx"), choices(out / f"{name}-yaml")
+        same = sorted((v, c) for _, v, c in a_ch) == sorted((v, c) for _, v, c in b_ch)
+        row["same_kernels"] = same
+        (ow, ok), (yw, yk) = interleaved([out / f"{name}-onnx", out / f"{name}-yaml"])
+        row["interleaved"] = {"onnx_pinned_ms": round(ow, 4), "yaml_pinned_ms": round(yw, 4),
+                              "onnx_kernels_ms": round(ok, 4), "yaml_kernels_ms": round(yk, 4),
+                              "ratio_pinned": round(ow / yw, 3), "ratio_kernels": round(ok / yk, 3)}
+        print(f"{name}: {'the same' if same else 'DIFFERENT'} kernels (variant and configuration "
+              f"per layer: {len(a_ch)} and {len(b_ch)} layers); timed in turn in one process: "
+              f"imported {ow:.3f} ms, twin {yw:.3f} ms from pinned buffers (ratio {ow / yw:.3f}), "
+              f"kernels {ok:.3f} and {yk:.3f} ms (ratio {ok / yk:.3f})")
         row["ratio_run"] = round(row["onnx"]["run_ms"] / row["yaml"]["run_ms"], 3)
         row["ratio_pinned"] = round(row["onnx"]["pinned_run_ms"] / row["yaml"]["pinned_run_ms"], 3)
         rows.append(row)
