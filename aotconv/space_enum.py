@@ -326,7 +326,10 @@ def _judge_chunk(layer, target, cons, grid, fixed, exact, first, alone, errors, 
     never = (n + 1) * ncons                      # a point no constraint rejected
     dtype = np.int16 if never < np.iinfo(np.int16).max else np.int32
     charged = np.full(shape or (1,), never, dtype=dtype)
-    root_vals = {grid.names[j]: grid.values[j][i] for j, i in enumerate(fixed)}
+    # the chunk's leading knobs are not known at the root: a probe is split over them, as over
+    # any knob, where a constraint reads them (the depth it is judged at stays the walk's), but
+    # into the chunk's one value
+    root_vals = {}
     root_box = tuple(slice(0, 1) for _ in range(lead)) + tuple(slice(None) for _ in grid.shape[lead:])
     if not shape:                                # no knobs: one point, the empty Config
         root_box = (slice(None),)
@@ -335,6 +338,8 @@ def _judge_chunk(layer, target, cons, grid, fixed, exact, first, alone, errors, 
     axes = tuple(range(len(charged.shape)))
     # box[j] of a probe that holds knob j's i-th value, and the axes to reduce to split on j
     picks = [[slice(i, i + 1) for i in range(len(vals))] for vals in grid.values]
+    for j, i in enumerate(fixed):
+        picks[j] = {i: slice(0, 1)}
     others = [axes[:j] + axes[j + 1:] for j in range(grid.n)]
     for ci, c in enumerate(cons):
         check = c.check
@@ -358,7 +363,9 @@ def _judge_chunk(layer, target, cons, grid, fixed, exact, first, alone, errors, 
                 if j >= d:
                     d = j + 1
                 values = grid.values[j]
-                if exact:
+                if j < lead:                     # a leading knob: the chunk's value
+                    keep = [fixed[j]] if exact or charged[box].max() >= d * ncons + ci else []
+                elif exact:
                     keep = range(len(values))
                 else:                            # the values under which a point matters
                     most = charged[box].max(axis=others[j])

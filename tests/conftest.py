@@ -28,7 +28,7 @@ DEVICE_FREE = {
     "test_bench_package", "test_onnx_import", "test_onnx_random", "test_onnx_resample",
     "test_params",
     "test_records_kernel", "test_records_robust", "test_reference", "test_registry",
-    "test_resnet", "test_space", "test_spec", "test_strategies", "test_study",
+    "test_resnet", "test_space", "test_space_enum", "test_spec", "test_strategies", "test_study",
     "test_fuzz_slice", "test_tiers", "test_slow_tier",
 }
 
