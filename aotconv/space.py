@@ -55,6 +55,12 @@ class VariantSpace:
     def pruned(self):
         return self.total - len(self.points) if self.enumerated else 0
 
+    @property
+    def members(self):
+        """The points as a collection that answers `cfg in` at once (Points look a point up by
+        its knob values; a list becomes a set), without making every Config."""
+        return self.points if isinstance(self.points, Points) else set(self.points)
+
 
 def variant_space(layer, variant, target, explain=True):
     """Enumerate and prune `variant`'s space for `layer` under `target`.

@@ -106,6 +106,7 @@ class _Probe(Config):
 
     def _force(self):
         """Every set knob's value (what reading the whole point needs)."""
+        self._asked()
         return tuple((name, self._read(name)) for name in self._g.names[:self._d])
 
     def __getitem__(self, name):
@@ -121,16 +122,17 @@ class _Probe(Config):
 
     def _traced(self, key, fn):
         """base.traced on a probe: fn's value, remembered by the knobs fn read, in order, and
-        their values. The memo of a key (and depth) holds, per sequence of knobs fn has been
-        seen to read, a table from their values to fn's value (one lookup when the probe holds
-        those knobs), and a trie of the reads, which raises _Need (or Unbound) where fn itself
-        would when the probe lacks a knob fn reads."""
-        memo = self._g.memo
-        entry = memo.get((key, self._d))
-        vals = self._vals
-        if entry is None:
-            entry = memo[(key, self._d)] = ({}, [None])
-        else:
+        their values. The memo of a key holds, per sequence of knobs fn has been seen to read,
+        a table from their values to fn's value (one lookup when the probe holds those knobs),
+        and a trie of the reads, which raises _Need (or Unbound) where fn itself would when
+        the probe lacks a knob fn reads. A value holds at every depth of a partial point, or
+        of the whole point, unless fn asked which knobs are set (membership, the items):
+        then at its own depth only."""
+        memo, vals, partial = self._g.memo, self._vals, self._d < self._g.n
+        for mkey in ((key, partial), (key, partial, self._d)):
+            entry = memo.get(mkey)
+            if entry is None:
+                continue
             for names, table in entry[0].items():
                 try:
                     hit = table.get(tuple([vals[n] for n in names]), _MISSING)
@@ -141,7 +143,7 @@ class _Probe(Config):
                         for n in names:
                             self._read(n)
                     return hit
-            node = entry[1][0]
+            node = entry[1]
             while node is not None:                  # a trie walk: the reads fn would do
                 if type(node) is _Leaf:
                     return node.value
@@ -150,7 +152,7 @@ class _Probe(Config):
                 if v is _MISSING or self._recs:
                     v = self._read(name)
                 node = children.get(v)
-        rec = ([], set())
+        rec = [[], set(), False]
         if self._recs is None:
             self.__dict__["_recs"] = []
         self._recs.append(rec)
@@ -158,15 +160,22 @@ class _Probe(Config):
             value = fn()
         finally:
             self._recs.remove(rec)
-        trace = rec[0]
+        trace, sensitive = rec[0], rec[2]
+        if sensitive and self._recs:                 # what encloses fn asked too
+            for outer in self._recs:
+                outer[2] = True
+        mkey = (key, partial, self._d) if sensitive else (key, partial)
+        entry = memo.get(mkey)
+        if entry is None:
+            entry = memo[mkey] = [{}, None]
         names = tuple(n for n, _ in trace)
         entry[0].setdefault(names, {})[tuple(v for _, v in trace)] = value
         if not trace:
-            entry[1][0] = _Leaf(value)
+            entry[1] = _Leaf(value)
             return value
-        if entry[1][0] is None:
-            entry[1][0] = (trace[0][0], {})
-        node = entry[1][0]
+        if entry[1] is None:
+            entry[1] = (trace[0][0], {})
+        node = entry[1]
         for i, (name, v) in enumerate(trace):
             children = node[1]
             if i + 1 == len(trace):
@@ -177,6 +186,12 @@ class _Probe(Config):
                 nxt = children[v] = (trace[i + 1][0], {})
             node = nxt
         return value
+
+    def _asked(self):
+        """fn asked which knobs are set: its value depends on the depth."""
+        if self._recs:
+            for rec in self._recs:
+                rec[2] = True
 
     @property
     def items(self):
@@ -234,6 +249,7 @@ class _ProbeDict(dict):
     def __contains__(self, key):
         if dict.__contains__(self, key):
             return True
+        self._p._asked()
         pos = self._p._g.pos.get(key)
         return pos is not None and pos < self._p._d
 
@@ -304,8 +320,14 @@ def judge(layer, variant, target, cons, knobs, exact=False):
     while size > CHUNK and lead < grid.n:
         size //= grid.shape[lead]
         lead += 1
-    for fixed in np.ndindex(*grid.shape[:lead]) if lead else [()]:
-        _judge_chunk(layer, target, cons, grid, fixed, exact, first, alone, errors, survivors)
+    try:
+        for fixed in np.ndindex(*grid.shape[:lead]) if lead else [()]:
+            _judge_chunk(layer, target, cons, grid, fixed, exact, first, alone, errors,
+                         survivors)
+    finally:
+        # the last probes stay referenced from the constraints' own caches (a point's
+        # geometry): let the memo they reach go with this enumeration
+        grid.memo = {}
     alive = (np.concatenate(survivors) if survivors else np.zeros(0, dtype=np.int64))
     return Judged(grid, total, alive, first, alone, errors)
 

@@ -470,7 +470,7 @@ def known_outcomes(space, store, target, device):
     """{Candidate: Outcome} from records matching the live key, restricted to valid points."""
     out = {}
     for p in space.parts:
-        valid = set(p.points)
+        valid = p.members
         for cfg, o in store.lookup(Key(space.layer, p.variant, target, device)).items():
             if cfg in valid:
                 out[Candidate(p.variant.name, cfg)] = o
