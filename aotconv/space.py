@@ -5,7 +5,10 @@ its knobs; its own constraints (BEAST's algorithm / software / hardware levels) 
 device limits (aotconv.variants.limits: added for every variant; their names and index-width
 helpers are importable from here too) prune it. Every constraint is counted two ways:
 `first` (the points it was the first to reject, in level order: these add up to the pruned
-total) and `alone` (every point that violates it, whatever else does).
+total) and `alone` (every point that violates it, whatever else does); the search counts
+`first` as its staged walk prunes instead (variant_space). aotconv.space_enum computes both
+without visiting the product's points one by one, and holds the survivors as `Points`;
+`Candidates` are a layer's, made where they are read.
 
 `Grid` gives the strategies a uniform geometry over the survivors of all variants: one integer
 coordinate per dimension ("variant" plus the union of the knobs, -1 where a variant lacks a

@@ -24,6 +24,11 @@ The counts are those of the two walks aotconv.space defines:
 
 A constraint that raises on a whole point rejects it; the first such point (in knob order)
 that the constraint is charged with (exact: any) gives its text in `errors`, as in the walks.
+
+What several constraints compute from one point (its launches, buffers, register estimate:
+`variants.base.traced`) is remembered while a space is judged, by the knobs it read, so that
+each combination's launches are computed once. `Points` holds the survivors as flat indices
+into the product and makes their Configs where they are read.
 """
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -352,7 +357,7 @@ def _judge_chunk(layer, target, cons, grid, fixed, exact, first, alone, errors, 
     # any knob, where a constraint reads them (the depth it is judged at stays the walk's), but
     # into the chunk's one value
     root_vals = {}
-    root_box = tuple(slice(0, 1) for _ in range(lead)) + tuple(slice(None) for _ in grid.shape[lead:])
+    root_box = ((slice(0, 1),) * lead) + ((slice(None),) * (n - lead))
     if not shape:                                # no knobs: one point, the empty Config
         root_box = (slice(None),)
     failed = {}                                  # constraint index -> [(box, text)] that raised
