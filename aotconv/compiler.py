@@ -187,10 +187,11 @@ def _build_into(od, ctx, job, quiet):
             if job.ranged:
                 measure_sizes(stage, res, job, flat, refs)
             else:
-                # a time budget's end cuts the profiled runs to what fits (one at least)
+                # a time budget's end, less the build's own end after them, cuts the
+                # profiled runs to what fits (one at least)
                 res.profile, res.check_error, res.runs = measure_library(
                     stage, job.net0, flat, job.seed, job.check, ref=refs[0],
-                    until=clock.end if clock is not None else None)
+                    until=clock.end - clock.end_s if clock is not None else None)
         res.check_reference = getattr(refs[0], "name", "numpy")
         res.check_resolution = _check_resolution(res, job, refs)
     elif job.measure:

@@ -88,17 +88,26 @@ KERNEL_BYTES = 3000             # a kernel's source before a layer's choice is k
 # NVIDIA: the driver compiles the runner's PTX at load, not measured apart yet: the source only
 RUNNER_SHARE = {"cpu": 3.5, "gpu": 0.0}
 RUNNER_OVERHEAD_S = 0.2
+# the build's end after the library, in no phase ("other" in the build's time line): the
+# report, the output moved into place, the measuring processes closed. PoCL here: 0.1 s;
+# the H100 builds of ResNet-50 and VGG-16 (a runner and 16 builder processes to close): 4.4 to
+# 6.6 s. Before, no estimate counted it.
+END_S = {"cpu": 0.3, "gpu": 6.0}
 BUILD_REF = {"cpu": 0.35, "gpu": 0.4}           # a candidate's compile where those were measured
 LIBRARY_RUNS = 6                # compiler.measure_library: one run, then five profiled
 # wall seconds of a layer's first measurement, expected (Clock.prior): its random data and
 # float64 reference, one compile, the verifying, warm-up and timed runs of its fallback, one
 # after another: LATENCY_BASE plus LATENCY_PER_GFLOP a GFLOP of the layer. PoCL on two busy
 # cores (resnet50 and mobilenet_v2, every layer measuring its fallback): 0.4-1.1 s and 9-36 s a
-# GFLOP, the fallbacks running at about 1 GFLOP/s some ten times; NVIDIA: a compile of 0.3-1 s
-# and the reference on the host (not yet measured layer by layer on the H100). The build then
+# GFLOP, the fallbacks running at about 1 GFLOP/s some ten times. NVIDIA (a compile of 0.3-1 s,
+# the reference on the host): fp16 builds on an H100 from no records, where every layer
+# measured its fallback alone, two lanes: 2 x the search's time over the layers came to 1.7 s a
+# layer for ResNet-50 at batch 1 (4 GFLOP in its 30 unique layers), 3.0 s at batch 32 (126
+# GFLOP), 5.3 s for VGG-16's 18 at batch 16 (347 GFLOP); 1.6 s and 0.25 s a GFLOP fit the
+# three within about 20% (the 1.0 s and 0.5 s before said twice VGG-16's). The build then
 # scales the expectation by what its own layers took (Clock.scale), and warns if need be.
-LATENCY_BASE = {"cpu": 0.7, "gpu": 1.0}
-LATENCY_PER_GFLOP = {"cpu": 18.0, "gpu": 0.5}
+LATENCY_BASE = {"cpu": 0.7, "gpu": 1.6}
+LATENCY_PER_GFLOP = {"cpu": 18.0, "gpu": 0.25}
 LATE_SAMPLES = 4                # layers measured before their latency may warn of the floor
 
 
@@ -145,6 +154,30 @@ class SharedPace(Pace):
     def add(self, count, seconds):
         with self._lock:
             super().add(count, seconds)
+
+
+class FirstPace(Pace):
+    """The pace a layer's search fits its first batch to: the layer's first new measurement
+    costs its latency (`first` seconds: its data, float64 reference and one compile, one after
+    another), the others the build's pace. A batch cut at the build's pace alone fitted
+    `first / pace` candidates into a deadline that only the first one filled (at batch 32 on an
+    H100 a fallback conv's first measurement took seconds, a candidate in a batch 0.5 s)."""
+
+    def __init__(self, shared, first):
+        super().__init__(shared.default)
+        self.shared, self.first = shared, max(0.0, first)
+
+    def add(self, count, seconds):
+        self.shared.add(count, seconds)
+
+    @property
+    def per(self):
+        return self.shared.per
+
+    def fits(self, seconds):
+        if seconds < self.first:
+            return 0
+        return 1 + self.shared.fits(seconds - self.first)
 
 
 class Clock:
@@ -268,7 +301,12 @@ class Clock:
         size = sum(b * k for b, _, k in self.sources.values()) / known if known else \
             KERNEL_BYTES
         build += max(0, kernels - known) * self.kernel_s(size)
-        return FINAL_BASE_S + build + LIBRARY_RUNS * self.run_s()
+        return FINAL_BASE_S + build + LIBRARY_RUNS * self.run_s() + self.end_s
+
+    @property
+    def end_s(self):
+        """The build's end after the library: END_S of the target's kind."""
+        return END_S.get(self.kind, 1.0)
 
     @property
     def final_reserve(self):
@@ -291,9 +329,23 @@ class Clock:
         return len(layers) * per_layer * rate + self.owed(layers)
 
     def floor(self, layers):
-        """When the build ends at the soonest, `layers` (Layers) still to measure once."""
-        return (self.elapsed() + self.owed(layers) + self.follow_up_min()
-                + self.final_reserve)
+        """When the build ends at the soonest, `layers` (Layers) still to measure once: the
+        network's search measures each once, the library and the build's end follow, and the
+        searches after the network's take their minimum where the budget leaves room for it
+        and what room it leaves otherwise (one that does not fit measures nothing:
+        compiler._time_for). Counting them whatever the room said far more than a late build
+        took (VGG-16 at batch 16 on an H100: 177 s said, 62 s taken, its five fusion
+        searches left out)."""
+        main = self.elapsed() + self.owed(layers) + self.final_reserve
+        return main + self.follow_ups(main)
+
+    def follow_ups(self, main):
+        """Seconds the searches after the network's take in a build whose network search,
+        library and end take it to `main` seconds: their minimum where it fits in the budget,
+        else what the budget leaves."""
+        need = self.follow_up_min()
+        return need if main + need <= self.budget.amount else \
+            max(0.0, self.budget.amount - main)
 
     def search_left(self):
         """Seconds this moment's search may still spend (after the reserves)."""
@@ -333,17 +385,23 @@ class Clock:
         if floor <= 1.1 * self.budget.amount:
             return False
         self.warned = True
-        n = len(layers) + len(self.fusable[0])
-        owed = self.owed(layers) + self.follow_up_min()
+        # past the budget, the network's search alone is: the searches after it will find
+        # no room (floor)
+        n = len(layers)
         basis = (f"{self.scale():.1f}x what their FLOPs suggest, as the "
                  f"{len(self.latencies)} measured so far took" if self.latencies
                  else "expected from their FLOPs")
+        convs = len(self.fusable[0])
+        after = (f"; no time left for the searches after it ({convs} conv"
+                 f"{'s' if convs != 1 else ''} a pool or an add may be fused into, layout "
+                 f"conversions): they will measure nothing" if convs else "")
         progress.warn(
             f"budget {self.budget}: this build needs about {floor:.0f} s at least "
             f"({self.elapsed():.0f} s spent so far; {n} layer{'s' if n != 1 else ''} still to "
-            f"measure once, {self.lanes} at a time, about {owed:.0f} s, {basis}; the "
-            f"library's build and runs about {self.final_reserve:.0f} s); it will take about "
-            f"that, not {self.budget.amount:g} s")
+            f"measure once, {self.lanes} at a time, about {self.owed(layers):.0f} s, {basis}; "
+            f"the library's build and runs and the build's end about "
+            f"{self.final_reserve:.0f} s{after}); it will take about that, not "
+            f"{self.budget.amount:g} s")
         return True
 
     def layer_done(self, result):
@@ -551,7 +609,8 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     # under a deadline only the first fallback is owed; without one, every variant's
     ev = Evaluator(len(grid), measure, trials=max(1, trials), deadline=deadline,
                    known=known_costs, min_trials=1 if deadline is not None else len(seeds),
-                   pace=clock.pace if clock is not None else None, hints=hints,
+                   pace=FirstPace(clock.pace, clock.latency(layer)) if clock is not None
+                   else None, hints=hints,
                    chunk=getattr(measurer, "slots", None))
     rng = np.random.default_rng([seed, zlib.crc32(layer.signature_str().encode())])
     if len(grid):
