@@ -17,9 +17,11 @@ library (its kernels' source at seconds a byte, the network's runs at its layers
 times); each layer's deadline is recomputed from the clock when the layer starts and
 keeps one measurement (a layer's first measurement's latency, learnt as the build goes) for
 every layer after it; a batch is cut to what fits before the deadline (strategies.base.Pace).
-When even the floor (one measurement per layer, the lanes measuring side by side, the fusion
-searches' minimum and the library) cannot fit, the build says so before anything is measured,
-and again as soon as the layers measured show it (once in all).
+A layer's first batch is fitted to its deadline at its first measurement's latency, then the
+build's pace (FirstPace). When even the floor (one measurement per layer, the lanes measuring
+side by side, the library and the build's end, and the fusion searches' minimum where the
+budget leaves room for it: a late build leaves them out) cannot fit, the build says so before
+anything is measured, and again as soon as the layers measured show it (once in all).
 
 Before its strategy runs, a layer measures its fallbacks and the best points of similar layers
 in the records (strategies.seeding: nearest op signatures of the same op on the same device),
