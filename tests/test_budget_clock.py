@@ -488,7 +488,9 @@ def test_a_layers_first_batch_leaves_its_deadline_to_its_first_measurement(tmp_p
     r = search.tune_layer(sp, POCL, m, Store(write=[tmp_path / "r2"]), None, strategy="random",
                           trials=50, deadline=time.monotonic() + 0.6 + 0.28,
                           clock=Clock.make("60s", POCL), layers=g)
-    assert r.new == 3
+    # 3 on a quiet host (the first, then 0.28 s at 0.1 s each); a loaded one plans a moment
+    # later and may fit one fewer. Fitted at the pace alone, the batch would hold 8.
+    assert 2 <= r.new <= 3
 
 
 def test_searches_that_find_no_room_are_left_out_of_the_floor(monkeypatch):
