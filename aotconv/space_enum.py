@@ -130,18 +130,17 @@ class _Probe(Config):
         their values. The memo of a key holds, per sequence of knobs fn has been seen to read,
         a table from their values to fn's value (one lookup when the probe holds those knobs),
         and a trie of the reads, which raises _Need (or Unbound) where fn itself would when
-        the probe lacks a knob fn reads. A value holds at every depth of a partial point, or
-        of the whole point, unless fn asked which knobs are set (membership, the items):
-        then at its own depth only."""
-        memo, vals, partial = self._g.memo, self._vals, self._d < self._g.n
-        for mkey in ((key, partial), (key, partial, self._d)):
-            entry = memo.get(mkey)
+        the probe lacks a knob fn reads. A value holds at every depth, unless fn asked which
+        knobs are set (membership, the items) or whether the point is whole (`whole()`): then
+        at its own depth only."""
+        memo, vals = self._g.memo, self._vals
+        for entry in (memo.get(key), memo.get((key, self._d))):
             if entry is None:
                 continue
-            for names, table in entry[0].items():
+            for names, get, table in entry[0]:
                 try:
-                    hit = table.get(tuple([vals[n] for n in names]), _MISSING)
-                except KeyError:
+                    hit = table.get(get(vals), _MISSING)
+                except KeyError:                     # the probe lacks one of them
                     continue
                 if hit is not _MISSING:
                     if self._recs:
@@ -169,15 +168,19 @@ class _Probe(Config):
         if sensitive and self._recs:                 # what encloses fn asked too
             for outer in self._recs:
                 outer[2] = True
-        mkey = (key, partial, self._d) if sensitive else (key, partial)
+        mkey = (key, self._d) if sensitive else key
         entry = memo.get(mkey)
         if entry is None:
-            entry = memo[mkey] = [{}, None]
-        names = tuple(n for n, _ in trace)
-        entry[0].setdefault(names, {})[tuple(v for _, v in trace)] = value
+            entry = memo[mkey] = [[], None, {}]
         if not trace:
             entry[1] = _Leaf(value)
             return value
+        names = tuple(n for n, _ in trace)
+        table = entry[2].get(names)
+        if table is None:                            # a new sequence of reads
+            table = entry[2][names] = {}
+            entry[0].append((names, operator.itemgetter(*names), table))
+        table[trace[0][1] if len(trace) == 1 else tuple(v for _, v in trace)] = value
         if entry[1] is None:
             entry[1] = (trace[0][0], {})
         node = entry[1]
@@ -395,8 +398,9 @@ def _judge_chunk(layer, target, cons, grid, fixed, exact, first, alone, errors, 
                 elif exact:
                     keep = range(len(values))
                 else:                            # the values under which a point matters
-                    most = charged[box].max(axis=others[j])
-                    keep = np.flatnonzero(most >= d * ncons + ci).tolist()
+                    bound = d * ncons + ci
+                    keep = [i for i, m in enumerate(charged[box].max(axis=others[j]).tolist())
+                            if m >= bound]
                 head, tail, pick = box[:j], box[j + 1:], picks[j]
                 for i in keep:
                     sub = vals.copy()

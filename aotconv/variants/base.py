@@ -126,9 +126,14 @@ class Partial(Config):
 
 def whole(cfg):
     """For a constraint that reads every knob (launches, buffers): on a partial point of the
-    staged walk, wait for the whole point instead of waking at each knob it reads in turn."""
+    staged walk, wait for the whole point instead of waking at each knob it reads in turn.
+    (The one way a constraint tells a partial point from a whole one: aotconv.space_enum's
+    probes hear of it.)"""
     if isinstance(cfg, Partial):
         raise Unbound(cfg._last)
+    asked = getattr(type(cfg), "_asked", None)
+    if asked is not None:
+        asked(cfg)
 
 
 def traced(cfg, key, fn):
