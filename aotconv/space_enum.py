@@ -73,6 +73,7 @@ class _Knobs:
         self.last = self.names[-1] if self.names else None
         self.nameset = frozenset(self.names)
         self.memo = {}
+        self.live = True            # False once judged: its probes are stale points
 
 
 class _Leaf:
@@ -86,7 +87,7 @@ class _Probe(Config):
     """A whole point of which only the knobs read so far are known (`_vals`); the first `_d`
     knobs are set (a whole point: all of them). Reading a set knob not known yet raises _Need;
     reading one not set (a partial point: `_PartialProbe`) raises Unbound, as Partial does.
-    Equal only to itself, so no memo keyed on points mistakes one probe for another."""
+    Two probes are never equal, so no memo keyed on points mistakes one for another."""
 
     def __init__(self, grid, vals, d):
         self.__dict__.update(_g=grid, _vals=vals, _d=d, _recs=None)
@@ -213,10 +214,17 @@ class _Probe(Config):
         return _ProbeDict(self)
 
     def __eq__(self, other):
-        return self is other
+        # as a Config compares: a whole point equals a Config of the same items (which reads
+        # every knob); two probes are two points (a memo of the last point sees a new one)
+        # (a probe left in such a memo after its enumeration equals nothing)
+        if other is self:
+            return True
+        if type(other) is Config and type(self) is _Probe and self._g.live:
+            return self._force() == other.items
+        return False
 
     def __hash__(self):
-        return id(self)
+        return hash((self._force(),)) if self._g.live else id(self)
 
     def __str__(self):
         return ",".join(f"{k}={v}" for k, v in self._force()) or "-"
@@ -336,6 +344,7 @@ def judge(layer, variant, target, cons, knobs, exact=False):
         # the last probes stay referenced from the constraints' own caches (a point's
         # geometry): let the memo they reach go with this enumeration
         grid.memo = {}
+        grid.live = False
     alive = (np.concatenate(survivors) if survivors else np.zeros(0, dtype=np.int64))
     return Judged(grid, total, alive, first, alone, errors)
 

@@ -7,7 +7,6 @@ The whole comparison (every shipped network's layers on h100 and pocl-cpu, again
 the code before a change) is tools/space_digest.py; the slow tier here compares every shipped
 network on pocl-cpu, and lenet5 on h100, with the reference walk.
 """
-from dataclasses import replace
 import math
 
 import numpy as np
@@ -82,6 +81,8 @@ class Awkward(Variant):
                    lambda l, c, t: 1 // (c["A"] - 1) is not None),
         Constraint("never", "hardware", "raises everywhere it is reached",
                    lambda l, c, t: c["NOPE"] if c["C"] == 2 and c["D"] == 2 else True),
+        Constraint("not_that_one", "hardware", "compares the point with a Config",
+                   lambda l, c, t: c != Config.of(A=4, B=1, C=0, D=2)),
     )
 
     def knobs(self, layer, target):
@@ -389,15 +390,21 @@ def test_worker_processes_send_the_same_points(monkeypatch):
             assert pa.points == pb.points and pa.first == pb.first
 
 
-def test_probes_never_reach_the_kernels_a_space_keeps():
-    """What a probe remembers stays inside one enumeration: a point's launches computed
-    afterwards, from its Config, are the variant's own."""
-    sp = _space()
-    igemm = next(p for p in sp.parts if p.variant.name == "conv_igemm")
-    cfg = igemm.points[len(igemm.points) // 2]
+def test_probes_left_in_memos_never_reach_later_points():
+    """What a probe leaves behind (a variant's memo of the last point judged, the geometry of
+    the last point) is never taken for a later point's: after an enumeration, points judged one
+    by one and a point's launches come out as the variant's own."""
+    from aotconv.space import point_ok
     from aotconv.variants.limits import _Geometry
-    geo = _Geometry(igemm.variant)
-    launches = igemm.variant.launches(sp.layer, cfg, "k")
-    assert geo.wg(sp.layer, cfg) == max(math.prod(l.lsize) for l in launches
-                                        if l.lsize and l.phase == "run")
-    assert type(cfg) is Config and replace(cfg) == cfg
+    sp = _space()
+    for p in sp.parts:
+        if p.variant.name not in ("conv_im2col", "conv_igemm"):
+            continue
+        kept = p.points[len(p.points) // 2]
+        assert type(kept) is Config and point_ok(sp.layer, p.variant, kept, H100)
+        pruned = Config(tuple((k.name, k.values[-1]) for k in p.knobs))
+        assert point_ok(sp.layer, p.variant, pruned, H100) == (pruned in p.points)
+        geo = _Geometry(p.variant)
+        launches = p.variant.launches(sp.layer, kept, "k")
+        assert geo.wg(sp.layer, kept) == max(math.prod(l.lsize) for l in launches
+                                             if l.lsize and l.phase == "run")
