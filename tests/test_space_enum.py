@@ -278,8 +278,8 @@ def test_conv_igemm_s_millions_of_points_as_the_walk(net, layer, target):
                          + [("lenet5", "h100")])
 def test_shipped_networks_spaces_as_the_walk(net, target):
     """Every unique layer a build of a shipped network at batch 1 enumerates, every variant:
-    half a minute to two minutes a network on pocl-cpu (whose conv_igemm has a million
-    points), the reference walk most of it."""
+    3 s (lenet5) to 150 s (inception-v1) a network on pocl-cpu (whose conv_igemm has a
+    million points), the reference walk most of it."""
     n = passes.optimise(spec.load_network(net, batch=1))
     layers = [g[0] for g in unique_layers([l for l in n.layers if not is_alias(l)])]
     names, points = _judged(layers, TARGETS[target], math.inf)
