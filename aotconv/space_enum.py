@@ -293,8 +293,20 @@ class _ProbeDict(dict):
     def copy(self):
         return dict(self._all())
 
+    def __reversed__(self):
+        return dict.__reversed__(self._all())
+
     def __eq__(self, other):
         return dict.__eq__(self._all(), other)
+
+    def __ne__(self, other):
+        return dict.__ne__(self._all(), other)
+
+    def __or__(self, other):
+        return dict.__or__(dict(self._all()), other)
+
+    def __ror__(self, other):
+        return dict.__ror__(dict(self._all()), other)
 
     __hash__ = None
 
@@ -303,6 +315,9 @@ class _ProbeDict(dict):
 
     def pop(self, key, *default):
         return dict.pop(self._all(), key, *default)
+
+    def popitem(self):
+        return dict.popitem(self._all())
 
     def setdefault(self, key, default=None):
         return dict.setdefault(self._all(), key, default)
