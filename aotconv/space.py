@@ -24,7 +24,7 @@ import numpy as np
 
 from .precision import reason as precision_reason
 from .variants import active
-from .space_enum import Points, judge
+from .space_enum import ListEquality, Points, judge
 from .variants.base import Config, Variant
 from .variants.limits import (INDEX_LIMIT, constraints_of, device_constraints,  # noqa: F401
                               index_extents, index_stride, indices_fit, own_constraints,
@@ -392,7 +392,7 @@ def report(space, exact=True):
 
 # -- a layer's candidates, made where they are read --------------------------------------------
 
-class Candidates(MutableSequence):
+class Candidates(ListEquality, MutableSequence):
     """The Candidates of several variants' points ([(variant name, points)]), variant after
     variant, made one by one where they are read; a change (append, insert...) makes them all
     into a list of its own first."""
@@ -464,15 +464,6 @@ class Candidates(MutableSequence):
 
     def sort(self, **kw):
         self._all().sort(**kw)
-
-    def __eq__(self, other):
-        if isinstance(other, Candidates):
-            return self._all() == other._all()
-        if isinstance(other, list):
-            return self._all() == other
-        return NotImplemented
-
-    __hash__ = None
 
     def __repr__(self):
         return f"Candidates({len(self)})"

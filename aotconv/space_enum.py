@@ -483,7 +483,22 @@ def _first_charged(charged, box, key):
     return int(np.ravel_multi_index(starts, charged.shape))
 
 
-class Points(Sequence):
+class ListEquality:
+    """Equality of a list-like sequence held in some other form: equal to one of its own kind
+    or to a list of the same items in the same order (`_all()`: the items as a list); not
+    hashable, as a list is not."""
+
+    def __eq__(self, other):
+        if isinstance(other, type(self)):
+            return self._all() == other._all()
+        if isinstance(other, list):
+            return self._all() == other
+        return NotImplemented
+
+    __hash__ = None
+
+
+class Points(ListEquality, Sequence):
     """A variant's surviving points, in knob order, held as their flat indices into the knob
     product (one integer each) and made into Configs only where they are read: a search reads
     a few hundred of a space's 10^5 points, and looks the others up by their knob values
@@ -591,15 +606,6 @@ class Points(Sequence):
         if at is None or args:
             return self._all().index(cfg, *args)
         return at
-
-    def __eq__(self, other):
-        if isinstance(other, Points):
-            return self._all() == other._all()
-        if isinstance(other, list):
-            return self._all() == other
-        return NotImplemented
-
-    __hash__ = None
 
     def __repr__(self):
         return f"Points({len(self)} of {math.prod(len(k.values) for k in self.knobs)})"
