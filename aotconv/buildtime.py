@@ -74,7 +74,10 @@ class BuildTimes:
         if rest >= 0.05:
             parts["other"] = parts.get("other", 0.0) + rest
         names = sorted(parts, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
-        text = ", ".join(f"{n} {parts[n]:.1f} s" for n in names if parts[n] >= 0.05)
+        # every phase the build went through is named, a short one too (run 0.0 s); the
+        # unaccounted rest only when it is worth a figure
+        text = ", ".join(f"{n} {parts[n]:.1f} s" for n in names
+                         if n in self.seconds or parts[n] >= 0.05)
         tail = f"{total:.1f} s in all"
         if self.budget is not None:
             tail += f", budget {self.budget}"
