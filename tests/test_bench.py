@@ -18,6 +18,7 @@ from aotconv.bench.refs import Refs, clblast
 from aotconv.bench.rerender import rerender
 from aotconv.bench.sets import SET_NAMES, SETS, conv_layer, select
 from aotconv.protocol import counts
+from devices import pocl_present
 
 H100 = {"name": "h100", "kind": "gpu", "peak_gflops": 66900.0, "peak_gbps": 3350.0,
         "summary": "h100"}
@@ -253,15 +254,8 @@ def test_torch_model_matches_the_numpy_reference(tmp_path, source):
 
 # -- one layer, for real, on PoCL --------------------------------------------------------------
 
-def pocl():
-    try:
-        from aotconv.targets import TARGETS, find_device
-        return find_device(TARGETS["pocl-cpu"]) is not None
-    except Exception:
-        return False
 
-
-@pytest.mark.skipif(not pocl(), reason="no PoCL device")
+@pytest.mark.skipif(not pocl_present(), reason="no PoCL device")
 def test_one_layer_through_the_bench_path():
     from aotconv.targets import TARGETS
     dev = Device(TARGETS["pocl-cpu"])
@@ -289,7 +283,7 @@ def test_one_layer_through_the_bench_path():
     assert row["roofline"]["bound"] in ("launch", "bandwidth", "compute")
 
 
-@pytest.mark.skipif(not pocl(), reason="no PoCL device")
+@pytest.mark.skipif(not pocl_present(), reason="no PoCL device")
 @pytest.mark.parametrize("layout", ["CHWN", "NHWC"])
 def test_the_bench_verifies_variants_of_another_storage_order(layout):
     """A kernel that reads and writes CHWN/NHWC gets its input in that order and its output

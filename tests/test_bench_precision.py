@@ -24,6 +24,7 @@ from aotconv.bench.sets import SET_NAMES
 from aotconv.errors import AotconvError
 from aotconv.protocol import TOLERANCE
 from aotconv.reference import run_network
+from devices import pocl_present
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
@@ -290,15 +291,8 @@ def test_torch_end_to_end_in_each_precision(prec):
 
 # -- for real on PoCL --------------------------------------------------------------------------
 
-def pocl():
-    try:
-        from aotconv.targets import TARGETS, find_device
-        return find_device(TARGETS["pocl-cpu"]) is not None
-    except Exception:
-        return False
 
-
-@pytest.mark.skipif(not pocl(), reason="no PoCL device")
+@pytest.mark.skipif(not pocl_present(), reason="no PoCL device")
 def test_lenet5_end_to_end_in_fp16_on_pocl(tmp_path):
     """`aotconv bench --sets e2e --e2e lenet5:1 --precision fp16`: the library built in fp16,
     timed, checked against the half model within T, beside PyTorch in half where torch is

@@ -18,16 +18,10 @@ from aotconv.space import Candidate
 from aotconv.targets import get_target, find_device, with_limits
 from aotconv.tune.measure import Measurer, Status
 from aotconv.variants.base import In, Knob, Launch, Out, Variant
+from devices import pocl_present
 
 ROOT = Path(__file__).resolve().parent.parent
 POCL = get_target("pocl-cpu")
-
-
-def pocl():
-    try:
-        return find_device(POCL) is not None
-    except Exception:
-        return False
 
 
 class Recorder:
@@ -179,7 +173,7 @@ class HalfRelu(Variant):
         return [Launch("k", (In(0), Out()), (int(np.prod(layer.out_shape)),), (8,))]
 
 
-@pytest.mark.skipif(not pocl(), reason="no PoCL device")
+@pytest.mark.skipif(not pocl_present(), reason="no PoCL device")
 def test_an_unwritten_output_is_wrong_for_the_tuner_and_for_the_bench(monkeypatch, tmp_path):
     from aotconv.bench.device import Device
     from aotconv.spec import network_from_dict
@@ -199,7 +193,7 @@ def test_an_unwritten_output_is_wrong_for_the_tuner_and_for_the_bench(monkeypatc
     assert check["ok"] is False and check["error"] == math.inf
 
 
-@pytest.mark.skipif(not pocl(), reason="no PoCL device")
+@pytest.mark.skipif(not pocl_present(), reason="no PoCL device")
 def test_kernel_probe_measures_a_case_by_the_protocol(tmp_path):
     import importlib.util
     spec = importlib.util.spec_from_file_location("kernel_probe", ROOT / "tools" /
@@ -226,7 +220,7 @@ def test_kernel_probe_measures_a_case_by_the_protocol(tmp_path):
     assert rows[1]["options"] == "-cl-fast-relaxed-math"
 
 
-@pytest.mark.skipif(not pocl(), reason="no PoCL device")
+@pytest.mark.skipif(not pocl_present(), reason="no PoCL device")
 def test_clblast_is_poisoned_and_checked_like_ours():
     from aotconv.bench.device import Device
     from aotconv.bench.refs import clblast
@@ -244,7 +238,7 @@ def test_clblast_is_poisoned_and_checked_like_ours():
     assert len(protocol.time_repeats(conv, 1, 3)) == 3
 
 
-@pytest.mark.skipif(not pocl(), reason="no PoCL device")
+@pytest.mark.skipif(not pocl_present(), reason="no PoCL device")
 def test_a_program_is_loaded_from_its_binary_else_built_from_the_source():
     """The tuner's runner gets binaries from its builder processes (on a GPU): a binary the
     driver takes is used as it is, one it refuses falls back to the source."""
