@@ -21,6 +21,16 @@ $CUDA_HOME/bin, /usr/local/cuda/bin), the PTX is assembled for the device's comp
 cubin is built on the device here, and it is embedded instead of the PTX; where ptxas is missing or
 fails, or the driver rejects the cubin, the PTX is embedded as before.
 
+On PoCL, CL_PROGRAM_BINARIES bundles PoCL's cache directory of the program: its LLVM bitcode,
+a generic work-group function per kernel, and every work-group function compiled so far. PoCL
+compiles a kernel's work-group function for its local size (and whether the global offset is
+zero and the grid small) at the kernel's first launch of that geometry, 0.1-0.2 s a kernel on
+two cores, and only then: a `reqd_work_group_size` attribute does not make PoCL 3.1 compile it
+any earlier. So where the target's device is PoCL, every distinct launch of the library (its
+kernel, global and local size, as the emitted runtime enqueues it) is made once on the built
+program, on zeroed buffers, before the binary is read: the binary then carries the compiled
+work-group functions, and the library's first run() compiles nothing (warm_up).
+
 A build for an absent target embeds source only and says so; `aotconv build --no-binaries`
 embeds none. The runtime side is runtime_c/rt_program.c.
 """
@@ -43,6 +53,7 @@ class ProgramPlan:
     device: str = None        # CL_DEVICE_NAME of the device they were built on
     driver: str = None        # its CL_DRIVER_VERSION
     note: str = ""            # one line: what the library embeds, or why no binaries
+    warmed: int = 0           # launch geometries compiled into the binaries (PoCL: warm_up)
 
     @property
     def binary_bytes(self):
@@ -118,8 +129,11 @@ def joined_source(sources, sections):
 
 # -- building on the device ------------------------------------------------------------------
 
-def plan(programs, ctx, binaries=True, log=None):
-    """The ProgramPlan of `programs` (schedule.Program) for the build context `ctx`."""
+def plan(programs, ctx, binaries=True, log=None, launches=(), buffers=()):
+    """The ProgramPlan of `programs` (schedule.Program) for the build context `ctx`.
+    `launches` (schedule.LaunchRow, `program` indexing `programs`) and `buffers`
+    (schedule.Buffer) are the library's: where the device compiles code at a kernel's launch
+    (PoCL), they are launched once before the binaries are read (warm_up)."""
     log = log or (lambda msg: None)
     sources = [p.source for p in programs]
     sections = join_sections(sources, [p.file for p in programs])
@@ -129,7 +143,7 @@ def plan(programs, ctx, binaries=True, log=None):
             f"the {name} device was not present at build time: the library embeds OpenCL "
             f"source only, one program per layer, compiled by create()"))
     try:
-        return _on_device(programs, sources, sections, ctx, binaries, log)
+        return _on_device(programs, sources, sections, ctx, binaries, log, launches, buffers)
     except Exception as e:     # binaries and joining only speed create() up: never fail a build
         why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         log(f"aotconv: warning: building the programs on the {name} device failed ({why}); "
@@ -139,7 +153,7 @@ def plan(programs, ctx, binaries=True, log=None):
             f"embeds OpenCL source only, one program per layer, compiled by create()"))
 
 
-def _on_device(programs, sources, sections, ctx, binaries, log):
+def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffers):
     """plan() where the target's device is present."""
     import pyopencl as cl
     device = ctx.found[1]
@@ -154,9 +168,30 @@ def _on_device(programs, sources, sections, ctx, binaries, log):
             return None, str(e).strip().splitlines()[0] if str(e).strip() else "failed"
 
     native = Native(device, cctx) if binaries else None
+    warm = binaries and bool(launches) and compiles_at_launch(device)
+    warmed = 0
+
+    def warmed_up(built):
+        """{program index: cl.Program} launched where the device compiles at launch (PoCL),
+        before any binary of it is read: PoCL serialises a program's binary once, at the
+        first CL_PROGRAM_BINARIES query."""
+        nonlocal warm, warmed
+        if warm:
+            try:
+                warmed += warm_up(cctx, device, built, launches, buffers)
+            except Exception as e:     # the binary only loses the compiled launches
+                first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+                log(f"aotconv: warning: launching the kernels on {dev_name} before reading "
+                    f"the binaries failed ({type(e).__name__}: {first}); the library's first "
+                    f"run() compiles PoCL's work-group functions")
+                warm, warmed = False, 0
+        return built
+
     joined, why = (build(joined_source(sources, sections)) if len(sources) > 1
                    else (None, "a single program"))
     if joined is not None:
+        if binaries:
+            warmed_up({i: joined for i in range(len(programs))})
         blobs = (native.binary(joined),) if binaries else ()
         how = "one program for the network"
     else:
@@ -165,12 +200,17 @@ def _on_device(programs, sources, sections, ctx, binaries, log):
                 f"program per layer")
         blobs = []
         if binaries:
-            for p, src in zip(programs, sources):
+            built = {}
+            for i, (p, src) in enumerate(zip(programs, sources)):
                 prog, err = build(src)
                 if prog is None:
                     log(f"aotconv: warning: layer '{p.layer}': its program does not build on "
                         f"{dev_name} ({err}); its source alone is embedded")
-                blobs.append(native.binary(prog) if prog is not None else None)
+                else:
+                    built[i] = prog
+            warmed_up(built)
+            blobs = [native.binary(built[i]) if i in built else None
+                     for i in range(len(programs))]
         blobs = tuple(blobs)
         how = f"{len(sources)} program{'s' if len(sources) != 1 else ''}, one per layer"
     if not binaries:
@@ -182,7 +222,75 @@ def _on_device(programs, sources, sections, ctx, binaries, log):
         note = (f"{how}, with {'its' if joined is not None else 'their'} device binar"
                 f"{'y' if joined is not None else 'ies'} ({native.what()}, {size / 1024:.0f} KiB) "
                 f"for {dev_name} (driver {driver}) beside the source")
-    return ProgramPlan(joined is not None, sections, blobs, dev_name, driver, note)
+        if warmed:
+            note += (f"; the work-group functions of its {warmed} launch geometr"
+                     f"{'y' if warmed == 1 else 'ies'} compiled in")
+    return ProgramPlan(joined is not None, sections, blobs, dev_name, driver, note,
+                       warmed if any(blobs) else 0)
+
+
+# -- PoCL: the work-group functions compiled at launch ------------------------------------------
+
+def compiles_at_launch(device):
+    """Whether `device` compiles kernel code at a kernel's launch that its program binary then
+    carries: PoCL (its CL_DEVICE_VERSION names it: "OpenCL 3.0 PoCL HSTR: ..."). The other
+    drivers' binaries are what clBuildProgram made; a launch adds nothing to them."""
+    try:
+        return "POCL" in (device.version or "").upper() or \
+            "PORTABLE COMPUTING LANGUAGE" in (device.platform.name or "").upper()
+    except Exception:
+        return False
+
+
+def geometries(launches, programs):
+    """The distinct launches of `launches` whose program is in `programs`, setup launches
+    first (load_params makes them before any run()), in the library's order: one per
+    (program, kernel, global size, local size), the key of the code PoCL compiles at launch."""
+    seen, out = set(), []
+    for l in sorted(launches, key=lambda l: l.phase != "setup"):
+        key = (l.program, l.kernel, tuple(l.gsize), tuple(l.lsize))
+        if l.program in programs and key not in seen:
+            seen.add(key)
+            out.append(l)
+    return out
+
+
+def warm_up(cctx, device, programs, launches, buffers):
+    """Launch each of geometries(launches, programs) once on `programs` ({program index:
+    built cl.Program}) as the emitted runtime does (runtime_c/rt_run.c: no global offset, the
+    local size or NULL where the launch has none), with the library's `buffers` zeroed and the
+    launch's own int and float arguments; the number of launches made. What the kernels
+    compute is dropped: the launches only make PoCL compile their work-group functions."""
+    import numpy as np
+    import pyopencl as cl
+    todo = geometries(launches, programs)
+    if not todo:
+        return 0
+    queue = cl.CommandQueue(cctx, device)
+    mems = {}
+
+    def mem(i):
+        if i not in mems:
+            size = max(int(buffers[i].bytes), 4)
+            mems[i] = cl.Buffer(cctx, cl.mem_flags.READ_WRITE, size)
+            cl.enqueue_fill_buffer(queue, mems[i], np.uint8(0), 0, size)
+        return mems[i]
+
+    kernels = {}
+    try:
+        for l in todo:
+            k = kernels.get((l.program, l.kernel))
+            if k is None:
+                k = kernels[(l.program, l.kernel)] = cl.Kernel(programs[l.program], l.kernel)
+            for a, (kind, v) in enumerate(l.args):
+                k.set_arg(a, mem(v) if kind == "buf" else
+                          np.int32(v) if kind == "int" else np.float32(v))
+            cl.enqueue_nd_range_kernel(queue, k, tuple(l.gsize), tuple(l.lsize) or None)
+        queue.finish()
+    finally:
+        for m in mems.values():
+            m.release()
+    return len(todo)
 
 
 def _binary(program):

@@ -170,7 +170,8 @@ def _build_into(od, ctx, job, quiet):
         ctx.times.budget += f" (the library's reserve {clock.reserved:.0f} s)"
     with phase("library"):
         plan = binaries.plan(sch.programs, ctx, binaries=job.binaries,
-                             log=lambda m: log(m, quiet))
+                             log=lambda m: log(m, quiet), launches=sch.launches,
+                             buffers=sch.buffers)
         log(f"aotconv: programs: {plan.note}", quiet)
         emit(sch, ctx.profile, stage, prefix=od.path, programs=plan)
         flat = job.flat if job.flat is not None else \

@@ -7,10 +7,19 @@ pay the driver's own start (as in an application that already uses OpenCL).
 
 --stage-threads N and --stage-bytes B go to create() as options.stage_threads and stage_bytes
 (run()'s staging: the threads that copy, the chunk; 0 the defaults).
+
+On PoCL: --fresh-pocl-cache points POCL_CACHE_DIR at a new empty directory (removed after), PoCL's
+cold start; where POCL_CACHE_DIR is set, the line also counts the work-group functions (.so
+files) PoCL compiled during the first run() (docs/c-api.md, Programs: binaries and source).
+
+    python tools/time_library.py build/lenet5 --fresh-pocl-cache --runs 20
 """
 import argparse
 import json
+import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +40,11 @@ def median_ms(call, runs, warmup):
     return float(np.median(ts))
 
 
+def pocl_objects(cache):
+    """The compiled kernel objects (.so) under PoCL's cache directory `cache`."""
+    return {str(p.relative_to(cache)) for p in Path(cache).rglob("*.so")} if cache else set()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dir", help="the build's output directory")
@@ -48,8 +62,22 @@ def main(argv=None):
                         "output (0: one per CPU, at most 8; 1: the calling thread alone)")
     p.add_argument("--stage-bytes", type=int, default=0, metavar="B",
                    help="options.stage_bytes: run()'s staging chunk (0: 4 MiB; < 0: no staging)")
+    p.add_argument("--fresh-pocl-cache", action="store_true",
+                   help="POCL_CACHE_DIR: a new empty directory (PoCL's cold start), removed after")
     a = p.parse_args(argv)
+    fresh = None
+    if a.fresh_pocl_cache:      # before this process starts any OpenCL driver
+        fresh = os.environ["POCL_CACHE_DIR"] = tempfile.mkdtemp(prefix="aotconv-pocl-cache-")
+    try:
+        return _time(p, a)
+    finally:
+        if fresh:
+            shutil.rmtree(fresh, ignore_errors=True)
+
+
+def _time(p, a):
     driver_ms = None
+    cache = os.environ.get("POCL_CACHE_DIR")
     if a.warm_driver:
         import pyopencl as cl
         t0 = time.perf_counter()
@@ -72,11 +100,16 @@ def main(argv=None):
             net.load_params(params)
         params_ms = (time.perf_counter() - t0) * 1e3
         load_ms = create_ms + params_ms
-        t0 = time.perf_counter()
         x0 = np.zeros(net.input_shape, np.float32)
+        before = pocl_objects(cache)
+        t0 = time.perf_counter()
         net(x0)
         first_ms = (time.perf_counter() - t0) * 1e3
+        compiled = len(pocl_objects(cache) - before) if cache else None
         x = np.random.default_rng(0).standard_normal(net.input_shape).astype(np.float32)
+        t0 = time.perf_counter()
+        net(x)
+        second_ms = (time.perf_counter() - t0) * 1e3
         run_ms = median_ms(lambda: net(x), a.runs, a.warmup)
         xin, _ = net.host_buffers()
         xin[...] = x
@@ -91,7 +124,9 @@ def main(argv=None):
                "create_ms": round(create_ms, 1), "params_ms": round(params_ms, 1),
                "programs_from_binary": bool(from_binary), "programs_why": why,
                "load_ms": round(load_ms, 1),
-               "first_run_ms": round(first_ms, 2), "run_ms": round(run_ms, 4),
+               "first_run_ms": round(first_ms, 2), "second_run_ms": round(second_ms, 2),
+               "pocl_cache": cache, "pocl_compiled_first_run": compiled,
+               "run_ms": round(run_ms, 4),
                "pinned_run_ms": round(pinned_ms, 4),
                "kernels_ms": round(float(np.median(kernels)), 4),
                "launches": len(net.kernel_names),
@@ -102,7 +137,9 @@ def main(argv=None):
     call = "create_with_queue()" if a.app_queue else "create()"
     print(f"{a.label} {pre}{call} {out['create_ms']:.1f} ms "
           f"({'binary' if from_binary else 'source'}), load_params {out['params_ms']:.1f} ms, "
-          f"load {out['load_ms']:.1f} ms, first run() {out['first_run_ms']:.2f} ms, "
+          f"load {out['load_ms']:.1f} ms, first run() {out['first_run_ms']:.2f} ms"
+          f"{f' ({compiled} work-group functions compiled)' if compiled is not None else ''}, "
+          f"second run() {out['second_run_ms']:.2f} ms, "
           f"run() {out['run_ms']:.3f} ms, from pinned {out['pinned_run_ms']:.3f} ms, "
           f"kernels {out['kernels_ms']:.3f} ms in {out['launches']} launches ({a.dir})")
     if a.json:
