@@ -342,5 +342,7 @@ def test_end_to_end_row_on_pocl_times_run_from_numpy_and_from_the_pinned_buffers
     o = row["ours"]
     assert "error" not in o and "run_pinned_error" not in o, o
     assert o["run_ms"] > 0 and o["run_pinned_ms"] > 0 and o["kernels_ms"] > 0
+    # and from a second handle with profiling off, its output checked equal first
+    assert "run_pinned_noprof_error" not in o and o["run_pinned_noprof_ms"] > 0, o
     md = out.with_suffix(".md").read_text()
-    assert "ours run() from pinned buffers ms" in md
+    assert "ours run() from pinned buffers ms | ours the same, profiling off ms" in md
