@@ -98,7 +98,8 @@ def test_half_kernels_store_half_and_compute_in_float():
         assert "vload_half" in src, name
         fp32 = v.render(layer_of(sig), cfg_from_json(cfg), "k")
         assert "vload_half" not in fp32 and "vstore_half" not in fp32, name
-    assert len({n for n, _ in seen}) >= sum(v.half_storage for v in VARIANTS) - 1  # but crop
+    # but crop, and conv_mma_f16: it serves half layers only (tests/test_conv_mma_f16.py)
+    assert len({n for n, _ in seen}) >= sum(v.half_storage for v in VARIANTS) - 2
 
 
 # -- the option, the spaces, the refusal --------------------------------------------------------
@@ -477,7 +478,8 @@ def test_half_variants_meet_the_half_tolerance(name, layers, shape, lname, fuse)
 
 
 def test_every_half_variant_has_a_case():
-    assert {c[0] for c in CASES} == {v.name for v in VARIANTS if v.half_storage}
+    # conv_mma_f16 needs the tensor cores or AOTCONV_MMA_EMULATE: tests/test_conv_mma_f16.py
+    assert {c[0] for c in CASES} == {v.name for v in VARIANTS if v.half_storage} - {"conv_mma_f16"}
 
 
 @pytest.mark.parametrize("src,dst,s_in,s_out,tiled", [

@@ -24,6 +24,7 @@ from .conv_1x1 import Conv1x1
 from .conv_im2col import ConvIm2col
 from .conv_winograd import ConvWinograd
 from .conv_mma import ConvMma
+from .conv_mma_f16 import ConvMmaF16
 from .dense_gemv import DenseGemv
 from .dense_gemm import DenseGemm
 from .scale import ScaleDirect
@@ -52,6 +53,7 @@ VARIANTS = [
     ConvIm2col(),
     ConvWinograd(),
     ConvMma(),                  # TF32 tensor cores: tf32 builds only (aotconv.precision)
+    ConvMmaF16(),               # f16 tensor cores on half storage: fp16 builds only
     DenseGemv(),
     DenseGemm(),
     ScaleDirect(),

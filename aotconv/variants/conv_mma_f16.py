@@ -1,0 +1,235 @@
+"""conv_mma_f16: implicit-GEMM convolution on NVIDIA's tensor cores for half storage (mma.sync
+m16n8k16 .f16, FP32 accumulation), the kernel of a --precision fp16 build's conv layers.
+
+The GEMM is conv_mma's: Y[m][n] = sum_k W[m][k] * X[k][n], M = K output channels, N = batch *
+P * Q output pixels, k = (c, r, s) over C * R * S (groups 1). In an fp16 build the weights are
+halves already (set_params rounded them) and the input is stored in half, so the operands go
+to the tensor cores as they are stored: `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`
+multiplies two halves, exactly in FP32 (11 x 11 significant bits fit FP32's 24), and sums in
+FP32. That is what an FP32 kernel computes on the same half operands, up to the order of the
+sums: the fp16 precision's arithmetic (aotconv.precision: FP32 math on half storage), held to
+its tolerance (protocol.half_allowance) unchanged, so the variant's `precision` is FP32 and it
+is a sibling of conv_mma (TF32 products of FP32 storage) rather than a mode of it: conv_mma's
+renders, hash and records stay what they are, and the two never share a record key.
+
+NVIDIA's OpenCL has no cl_khr_fp16 arithmetic, so halves travel as their 16 bits: the input
+is read as `ushort`, two halves consecutive in k are packed into one `uint` (the low half
+first: the .f16x2 register of the PTX ISA) on their way to local memory, and the weights are
+packed once, in set_params, into such words ([CRSP/2][MP], k-pair-major, zero-padded to whole
+tiles: exact, they are halves already). The local tiles hold these words: half the bytes of
+conv_mma's float tiles for the same BK. The epilogue reads the bias and a fused residual with
+vload_half, adds in FP32, applies the activation and stores with vstore_half_rte (the storage
+helpers of templates/kernels/_common.mako), two outputs a vstore_half2_rte where P*Q is even.
+
+Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type", .f16;
+groupID g = lane >> 2, threadID_in_group t = lane & 3; each .f16x2 register holds two
+elements, the lower-numbered one in its low 16 bits):
+A (16 x 16, row)  a0,a1 (g, 2t..2t+1)    a2,a3 (g+8, 2t..2t+1)
+                  a4,a5 (g, 2t+8..2t+9)  a6,a7 (g+8, 2t+8..2t+9)
+B (16 x 8, col)   b0,b1 (2t..2t+1, g)    b2,b3 (2t+8..2t+9, g)
+C, D (16 x 8)     c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)     (f32)
+So every register pairs two consecutive k of one row of A or column of B: a local word
+[k/2][m] (or [k/2][n]) is exactly one register, and a lane reads its fragments at word rows
+t and t + 4 of a 16-deep step, columns g (+ 8), as conv_mma reads its TF32 ones.
+
+The mma is a macro with two bodies, as conv_mma's: the inline PTX where the OpenCL compiler
+is NVIDIA's, and elsewhere (or with AOTCONV_MMA_EMULATE=1, conv_mma's test-only switch) an
+exact portable emulation: each warp exchanges its fragment words through local memory in the
+ISA's layout and every lane computes its four outputs from the halves decoded exactly to float
+(fma of two halves is their exact product, rounded once into the FP32 sum). The variant is
+offered only where the tensor cores are (an NVIDIA device of compute capability 8.0 or newer,
+or the switch) and only to a layer an fp16 build stores in half.
+
+Domain: conv with groups 1, any kernel, stride, padding and dilation, NCHW in and out, a fused
+residual add; half storage.
+"""
+from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, ceil_div, \
+    pow2_at_least, round_up
+from .conv_common import conv_sizes, domain_reason, enough_work_groups
+from .conv_igemm import needs_bounds
+from .conv_mma import MIN_CC, emulated, has_tensor_cores
+from .limits import first_valid
+from .residual import with_residual
+
+
+def _dims(layer):
+    """(M, N, reduction) of the GEMM."""
+    n, k, p, q = layer.out_shape
+    a = layer.attrs
+    return k, n * p * q, layer.in_shape[1] * a["kernel"][0] * a["kernel"][1]
+
+
+def _half_layer(layer):
+    from ..precision import storage_of
+    return storage_of(layer) == "fp16"
+
+
+def _wg(c):
+    return 32 * c["WM"] * c["WN"]
+
+
+def _frags(c):
+    """(16-row tiles, 8-column tiles) of one warp."""
+    return c["BM"] // c["WM"] // 16, c["BN"] // c["WN"] // 8
+
+
+def _b_plan(c):
+    """How the work-group loads the input tile, BK/2 rows of words (two halves consecutive in
+    k) by BN columns: (columns per work-item, word rows per work-item, row step). Consecutive
+    work-items take consecutive columns (pixels)."""
+    wg, bn, rows = _wg(c), c["BN"], c["BK"] // 2
+    if wg >= bn:
+        step = wg // bn
+        return 1, rows // step, step
+    return bn // wg, rows, 1
+
+
+def _b_covers(c):
+    wg, bn, rows = _wg(c), c["BN"], c["BK"] // 2
+    return (wg % bn == 0 and rows % (wg // bn) == 0) if wg >= bn else bn % wg == 0
+
+
+def _work_groups(layer, c):
+    m, n, _ = _dims(layer)
+    return ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
+
+
+def _fallbacks(*rows):
+    return [dict(zip(("BM", "BN", "BK", "WM", "WN", "PAD", "DBUF"), r)) for r in rows]
+
+
+# Preferred untuned points, big tiles first; the last is valid for every layer of the domain
+# (a 32 x 32 tile of one warp is never oversized, its loads always cover the tile).
+_FALLBACKS = _fallbacks((128, 128, 32, 2, 2, 8, 1), (64, 128, 32, 2, 2, 8, 1),
+                        (64, 64, 32, 2, 2, 8, 1), (64, 64, 16, 2, 2, 8, 0),
+                        (32, 64, 16, 1, 2, 8, 0), (32, 32, 16, 1, 1, 8, 0))
+
+
+class ConvMmaF16(Variant):
+    name = "conv_mma_f16"
+    ops = ("conv",)
+    template = "kernels/conv_mma_f16.cl.mako"
+    half_storage = True          # reads and writes half; FP32 products and sums (the fp16 math)
+
+    constraints = (
+        Constraint("storage_half", "algorithm",
+                   "the operands are the half values an fp16 build stores (weights rounded by "
+                   "set_params, activations stored in half); an FP32 or TF32 build rounds "
+                   "nothing to half",
+                   lambda l, c, t: _half_layer(l)),
+        Constraint("tensor_cores", "hardware",
+                   "mma.sync m16n8k16 in f16 with FP32 accumulation needs an NVIDIA GPU of "
+                   "compute capability %d.%d or newer (its tensor cores)" % MIN_CC,
+                   lambda l, c, t: emulated() or has_tensor_cores(t)),
+        Constraint("warp_tiles_whole", "algorithm",
+                   "each warp computes a whole grid of 16 x 8 mma tiles: BM % (16 WM) == 0 and "
+                   "BN % (8 WN) == 0",
+                   lambda l, c, t: c["BM"] % (16 * c["WM"]) == 0 and c["BN"] % (8 * c["WN"]) == 0),
+        Constraint("k_step_whole_mmas", "algorithm",
+                   "a BK-deep step is whole 16-deep mma k-steps (BK a multiple of 16)",
+                   lambda l, c, t: c["BK"] % 16 == 0),
+        Constraint("a_load_covers_tile", "algorithm",
+                   "the work-group loads the weight tile (BK/2 x BM words of two halves) in "
+                   "uint4 vectors, the same number per work-item, so the load needs no bounds "
+                   "check",
+                   lambda l, c, t: (c["BK"] // 2 * c["BM"]) % (4 * _wg(c)) == 0),
+        Constraint("b_load_covers_tile", "algorithm",
+                   "each work-item loads fixed columns of the input tile (BK/2 rows of words "
+                   "by BN), the same count each: the work-group size and the tile width must "
+                   "divide",
+                   lambda l, c, t: _b_covers(c)),
+        Constraint("m_tile_not_oversized", "software",
+                   "a tile beyond the next power of two above K (floor 32) computes only "
+                   "padding",
+                   lambda l, c, t: c["BM"] <= max(32, pow2_at_least(_dims(l)[0]))),
+        Constraint("n_tile_not_oversized", "software",
+                   "a tile beyond the next power of two above N*P*Q (floor 32) computes only "
+                   "padding",
+                   lambda l, c, t: c["BN"] <= max(32, pow2_at_least(_dims(l)[1]))),
+        Constraint("k_tile_not_oversized", "software",
+                   "a K step beyond the next power of two above C*R*S (floor 16, one mma "
+                   "k-step) multiplies zeros",
+                   lambda l, c, t: c["BK"] <= max(16, pow2_at_least(_dims(l)[2]))),
+        Constraint("accumulators_fit", "software",
+                   "more than 128 FP32 accumulators per lane (4 per mma tile) spill",
+                   lambda l, c, t: 4 * _frags(c)[0] * _frags(c)[1] <= 128),
+        enough_work_groups(_work_groups),
+    )
+
+    # -- domain ---------------------------------------------------------------------------------
+    def supports(self, layer):
+        why = super().supports(layer) or domain_reason(self, layer, (
+            ("groups", 1, "the tensor-core GEMM is one dense GEMM"),))
+        if why is None and not _half_layer(layer):
+            # an FP32 or TF32 build's layer: its spaces leave the variant out, with this reason
+            return (f"{self.name} multiplies the half values a --precision fp16 build stores: "
+                    f"only a build of --precision fp16 runs it")
+        return why
+
+    # -- space ----------------------------------------------------------------------------------
+    def knobs(self, layer, target):
+        return [Knob("BM", (64, 128, 32), "tile in M (output channels) per work-group"),
+                Knob("BN", (64, 128, 32), "tile in N (output pixels) per work-group"),
+                Knob("BK", (32, 16, 64), "reduction step (halves) held in local memory"),
+                Knob("WM", (2, 1, 4), "warps along M"),
+                Knob("WN", (2, 1, 4), "warps along N"),
+                Knob("PAD", (8, 0), "words of padding per local row: 8 makes the fragment "
+                                    "reads of a warp hit 32 different banks"),
+                Knob("DBUF", (1, 0), "double buffering: load step k+1 into registers while the "
+                                     "tensor cores multiply step k, one barrier per step")]
+
+    def fallback(self, layer, target):
+        return first_valid(self, layer, target, _FALLBACKS, lambda c: _work_groups(layer, c))
+
+    def local_mem_bytes(self, layer, cfg):
+        """The tiles hold words of two halves: half the bytes of float tiles of the same BK."""
+        c = cfg
+        words = c["BK"] // 2 * (c["BM"] + c["PAD"] + c["BN"] + c["PAD"])
+        return 4 * words * (2 if c["DBUF"] else 1)
+
+    def registers(self, layer, cfg):
+        """Accumulators, one k-step's fragment words, the prefetched step, column state, ~24."""
+        c = cfg
+        mi, ni = _frags(c)
+        cols, rows, _ = _b_plan(c)
+        regs = 4 * mi * ni + 4 * mi + 2 * ni + 3 * cols + 24
+        if c["DBUF"]:
+            regs += c["BK"] // 2 * c["BM"] // _wg(c) + cols * rows
+        return regs
+
+    # -- code -----------------------------------------------------------------------------------
+    def template_params(self, layer, cfg):
+        d = conv_sizes(layer)
+        c = cfg
+        m, npq, crs = _dims(layer)
+        mi, ni = _frags(c)
+        cols, rows, step = _b_plan(c)
+        d.update(
+            M=m, NPQ=npq, CRS=crs, CRSP=round_up(crs, c["BK"]), MP=round_up(m, c["BM"]),
+            WG=_wg(c), WARPS=c["WM"] * c["WN"], MI=mi, NI=ni,
+            WTM=c["BM"] // c["WM"], WTN=c["BN"] // c["WN"],
+            LDA=c["BM"] + c["PAD"], LDB=c["BN"] + c["PAD"],
+            A_ITERS=c["BK"] // 2 * c["BM"] // (4 * _wg(c)),
+            BCOLS=cols, BROWS=rows, B_ROWSTEP=step,
+            HCHK=needs_bounds(d["H"], d["P"], d["SH"], d["PT"], d["R"], d["DH"]),
+            WCHK=needs_bounds(d["W"], d["Q"], d["SW"], d["PL"], d["S"], d["DW"]),
+            KCHK=crs % c["BK"] != 0, NCHK=npq % c["BN"] != 0, MCHK=m % c["BM"] != 0,
+            PAIRS=d["P"] * d["Q"] % 2 == 0,
+            EMULATE=emulated(), has_bias=bool(layer.attrs["bias"]))
+        return d
+
+    def buffers(self, layer, cfg):
+        """The packed weights: words of two halves (4 bytes each, as a float's)."""
+        m, _, crs = _dims(layer)
+        return {"wpack": round_up(crs, cfg["BK"]) // 2 * round_up(m, cfg["BM"])}
+
+    def launches(self, layer, cfg, prefix):
+        m, npq, crs = _dims(layer)
+        words = round_up(crs, cfg["BK"]) // 2 * round_up(m, cfg["BM"])
+        run_args = with_residual(layer, (In(0), Buffer("wpack"))
+                                 + ((Param("bias"),) if layer.attrs["bias"] else ()) + (Out(),))
+        return [Launch(f"{prefix}_pack", (Param("weight"), Buffer("wpack")),
+                       (round_up(words, 64),), (64,), phase="setup"),
+                Launch(prefix, run_args,
+                       (ceil_div(npq, cfg["BN"]) * _wg(cfg), ceil_div(m, cfg["BM"])),
+                       (_wg(cfg), 1))]

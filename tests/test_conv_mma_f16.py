@@ -1,0 +1,372 @@
+"""conv_mma_f16: the tensor-core convolution of --precision fp16 builds (mma.sync m16n8k16
+.f16, FP32 accumulation, half storage).
+
+Device-free: where it is offered (an fp16 build's half layers on a device with tensor cores,
+or with AOTCONV_MMA_EMULATE; never an fp32 or tf32 build, never a non-NVIDIA target without
+the switch), `aotconv space` listing it for ResNet-50 on the h100, its records keyed apart
+from conv_mma's and from FP32 layers', its local tiles half the bytes of conv_mma's, and the
+PTX it emits assembled by ptxas for sm_90.
+
+PoCL (the device tier, the mma emulated): 1x1, 3x3 stride 2 padded, odd channel counts, a
+fused residual with relu, batch > 1, against the float64 reference within the half tolerance
+and against the half model (the float64 convolution of the half operands, its output rounded
+to half) within one half ulp; every finite half through an identity 1x1 conv, exactly.
+
+Marked slow: more points of the space per shape, a dilated asymmetric kernel.
+"""
+from dataclasses import replace
+import functools
+import re
+import shutil
+import subprocess
+import zlib
+
+import numpy as np
+import pytest
+
+from aotconv import cli, harness, ops, protocol, reference
+from aotconv.context import with_precision
+from aotconv.graph import Layer
+from aotconv.precision import round_fp16
+from aotconv.space import fallback_point, layer_space, variant_space
+from aotconv.targets import TARGETS
+from aotconv.tune.measure import Outcome, Status
+from aotconv.tune.records import Key, Store
+from aotconv.tune.search import records_only
+from aotconv.variants import BY_NAME
+from aotconv.variants.base import Config
+from aotconv.variants.conv_mma import EMULATE_ENV
+
+F16 = BY_NAME["conv_mma_f16"]
+TF32 = BY_NAME["conv_mma"]
+H100 = TARGETS["h100"]
+POCL = TARGETS["pocl-cpu"]
+
+
+def conv(in_shape, storage="fp16", res=False, **raw):
+    """A conv layer as a build of `storage` holds it; `res`: with an add fused in (a second
+    input of the output's shape)."""
+    a = ops.normalise("conv", dict(raw))
+    if storage == "fp16":
+        a["storage"] = "fp16"
+    out, params = ops.infer("conv", a, [tuple(in_shape)])
+    layer = Layer("conv", "conv", a, ["input"], in_shapes=[tuple(in_shape)], out_shape=out,
+                  params=params)
+    if res:
+        layer.attrs = dict(layer.attrs, residual=True)
+        layer.inputs = ["input", "skip"]
+        layer.in_shapes = [tuple(in_shape), tuple(out)]
+    return layer
+
+
+RESNET_3X3 = dict(in_shape=(1, 128, 28, 28), out=128, kernel=3, pad=1, act="relu")
+
+
+def _part(layer, target):
+    return variant_space(layer, F16, target, explain=False)
+
+
+# -- where it is offered ------------------------------------------------------------------------
+
+def test_an_fp16_build_on_tensor_cores_offers_it_and_no_other_build_does():
+    half, fp32 = conv(**RESNET_3X3), conv(storage="fp32", **RESNET_3X3)
+    h16 = with_precision(H100, "fp16")
+    some = [F16, TF32, BY_NAME["conv_direct"]]
+    sp = layer_space(half, h16, variants=some)
+    part = [p for p in sp.parts if p.variant is F16]
+    assert part and part[0].points and fallback_point(half, F16, h16) is not None
+    # the TF32 sibling stays out of an fp16 build (it rounds FP32 operands to TF32)
+    assert dict(sp.unsupported)["conv_mma"].startswith("conv_mma computes in TF32")
+    # fp32 and tf32 builds: their layers are stored in FP32; the space says why it is left out
+    for p in ("fp32", "tf32"):
+        t = with_precision(H100, p)
+        sp = layer_space(fp32, t, variants=some)
+        assert F16.name not in [q.variant.name for q in sp.parts], p
+        assert dict(sp.unsupported)[F16.name] == (
+            "conv_mma_f16 multiplies the half values a --precision fp16 build stores: only a "
+            "build of --precision fp16 runs it"), p
+        # a single point judged outside a space (a fallback): storage_half rejects it
+        cfg = F16.fallback(half, h16)
+        assert fallback_point(fp32, F16, t) is None
+        assert not [c for c in F16.constraints if c.name == "storage_half"][0].check(fp32, cfg, t)
+    assert "conv_mma_f16 needs groups 1, not 2" in F16.supports(
+        conv((1, 4, 5, 5), out=4, kernel=3, groups=2))
+
+
+@pytest.mark.parametrize("name,cc", [("h100", (7, 5)), ("gtx1080", (6, 1)), ("pocl-cpu", ()),
+                                     ("fury-x", ())])
+def test_no_tensor_cores_no_switch_no_points(name, cc, monkeypatch):
+    """A device without tensor cores (an NVIDIA one below 8.0, any other vendor's) lists no
+    point of it in an fp16 build: every point falls to `tensor_cores`; with the test-only
+    switch it has points on PoCL."""
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv(**RESNET_3X3)
+    t = replace(with_precision(TARGETS[name], "fp16"), compute_capability=cc)
+    part = _part(layer, t)
+    assert not part.points and part.first["tensor_cores"] == part.total, name
+    assert fallback_point(layer, F16, t) is None
+    if name == "pocl-cpu":
+        monkeypatch.setenv(EMULATE_ENV, "1")
+        assert _part(layer, t).points
+
+
+def test_aotconv_space_lists_it_for_resnet50_on_the_h100(capsys, monkeypatch):
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    argv = ["space", "resnet50", "--target", "h100", "--layer", "layer2.1.conv2"]
+    assert cli.main(argv + ["--precision", "fp16"]) == 0
+    out = capsys.readouterr().out
+    m = re.search(r"variant conv_mma_f16: (\d+) points -> (\d+) after pruning", out)
+    assert m and int(m.group(2)) > 0, out
+    assert re.search(r"storage_half +algorithm", out) and re.search(r"tensor_cores +hardware", out)
+    assert cli.main(argv + ["--precision", "tf32"]) == 0
+    out = capsys.readouterr().out
+    assert "variant conv_mma_f16: not applicable (conv_mma_f16 multiplies the half" in out
+    assert re.search(r"variant conv_mma: \d+ points", out)
+
+
+def test_its_records_key_on_half_storage_and_never_serve_another_build(tmp_path):
+    """A conv_mma_f16 record of an fp16 layer and a conv_mma record of the same layer in FP32,
+    each faster than anything: the fp16 build takes the first, the tf32 build the second, an
+    fp32 build neither."""
+    half, fp32 = conv(**RESNET_3X3), conv(storage="fp32", **RESNET_3X3)
+    h16, tf32 = with_precision(H100, "fp16"), with_precision(H100, "tf32")
+    k16, k32 = Key(half, F16, h16), Key(fp32, TF32, tf32)
+    assert "storage=fp16" in k16.op and "storage" not in k32.op
+    assert (k16.variant, k16.template) != (k32.variant, k32.template)
+    store = Store(read=[tmp_path / "r.jsonl"], write=[tmp_path / "r.jsonl"])
+    store.append(k16, F16.fallback(half, h16), Outcome(Status.OK, 0.01, (0.01,)))
+    store.append(k32, TF32.fallback(fp32, tf32), Outcome(Status.OK, 0.01, (0.01,)))
+    igemm = BY_NAME["conv_igemm"]
+    for layer, t in ((half, h16), (fp32, H100)):
+        store.append(Key(layer, igemm, t), igemm.fallback(layer, t),
+                     Outcome(Status.OK, 1.0, (1.0,)))
+    assert records_only([[half]], h16, store)[half.signature_str()].best.variant == F16.name
+    assert records_only([[fp32]], tf32, store)[fp32.signature_str()].best.variant == TF32.name
+    assert records_only([[fp32]], H100, store)[fp32.signature_str()].best.variant == "conv_igemm"
+
+
+def test_its_local_tiles_take_half_the_bytes_of_float_tiles():
+    layer = conv(**RESNET_3X3)
+    for bk, dbuf in ((16, 0), (32, 1), (64, 1)):
+        cfg = Config.of(BM=128, BN=64, BK=bk, WM=2, WN=2, PAD=8, DBUF=dbuf)
+        assert 2 * F16.local_mem_bytes(layer, cfg) == TF32.local_mem_bytes(layer, cfg)
+    # the packed weights: words of two halves, half the bytes of conv_mma's floats
+    cfg = Config.of(BM=64, BN=64, BK=32, WM=2, WN=2, PAD=8, DBUF=1)
+    assert 2 * F16.buffers(layer, cfg)["wpack"] == TF32.buffers(layer, cfg)["wpack"]
+
+
+def test_the_half_kernel_reads_bits_and_stores_half(monkeypatch):
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv((2, 16, 8, 8), res=True, out=32, kernel=3, pad=1, act="relu")
+    src = F16.render(layer, F16.fallback(layer, with_precision(H100, "fp16")), "k")
+    assert "__global const ushort* restrict x" in src and "__global const uint* restrict wp" in src
+    assert "__global const half* restrict res" in src and "__global half* restrict y" in src
+    assert "vstore_half2_rte(" in src and "vload_half2(" in src and "vload_half(m, bias)" in src
+    assert "AOTCONV_MMA_EMULATE 1" not in src
+    # odd P*Q: one vstore_half_rte a value
+    layer = conv((1, 5, 7, 7), out=8, kernel=3, pad=1)
+    src = F16.render(layer, F16.fallback(layer, with_precision(H100, "fp16")), "k")
+    assert "vstore_half_rte(" in src and "vstore_half2" not in src
+
+
+# -- the PTX ------------------------------------------------------------------------------------
+
+def _ptxas():
+    return shutil.which("ptxas") or next(
+        (p for p in ("/usr/local/cuda/bin/ptxas",) if shutil.which(p)), None)
+
+
+def asm_statements(src):
+    """[(template, [constraint])] of every `asm(...)` / `asm volatile(...)` in the OpenCL
+    source `src` (macro continuations joined): the instruction text, its string literals
+    concatenated, and the constraint of each operand, outputs first."""
+    text = src.replace("\\\n", " ")
+    out = []
+    for m in re.finditer(r"\basm\s*(?:volatile\s*)?\(", text):
+        i, depth, parts, cur, in_str = m.end(), 1, [], "", False
+        while depth:
+            ch = text[i]
+            if in_str:
+                cur += ch
+                if ch == "\\":
+                    cur += text[i + 1]
+                    i += 1
+                elif ch == '"':
+                    in_str = False
+            elif ch == '"':
+                in_str, cur = True, cur + ch
+            elif ch in "([":
+                depth, cur = depth + 1, cur + ch
+            elif ch in ")]":
+                depth -= 1
+                if depth:
+                    cur += ch
+            elif ch == ":" and depth == 1:
+                parts.append(cur)
+                cur = ""
+            else:
+                cur += ch
+            i += 1
+        parts.append(cur)
+        template = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', parts[0]))
+        cons = [c for p in parts[1:3] for c in re.findall(r'"([=+]?[a-z])"\s*\(', p)]
+        out.append((template, cons))
+    return out
+
+
+def ptx_stub(statements):
+    """A PTX kernel holding `statements` (asm_statements), each operand a register of its
+    constraint's class (f: .f32, r: .b32), inputs set and results stored so none is dead."""
+    body, regs, stored = [], {"f": 0, "r": 0}, 0
+    for n, (template, cons) in enumerate(statements):
+        names = []
+        for c in cons:
+            cls = c[-1]
+            names.append(f"%{cls}{regs[cls]}")
+            regs[cls] += 1
+            if not c.startswith("="):
+                body.append(f"    mov.{'f32' if cls == 'f' else 'b32'} {names[-1]}, "
+                            f"{'0f3F800000' if cls == 'f' else '0x3c003c00'};")
+        body.append("    " + re.sub(r"%(\d+)", lambda m: names[int(m.group(1))],
+                                    template.replace("%%", "%")))
+        for c, name in zip(cons, names):
+            if c[0] in "=+":
+                t = "f32" if c[-1] == "f" else "b32"
+                body.append(f"    st.global.{t} [%rd0+{4 * stored}], {name};")
+                stored += 1
+    return "\n".join([
+        ".version 7.8", ".target sm_90", ".address_size 64", "",
+        ".visible .entry asm_check(.param .u64 out)", "{",
+        f"    .reg .f32 %f<{max(regs['f'], 1)}>;", f"    .reg .b32 %r<{max(regs['r'], 1)}>;",
+        "    .reg .b64 %rd<1>;", "    ld.param.u64 %rd0, [out];", *body, "    ret;", "}", ""])
+
+
+@pytest.mark.parametrize("variant,precision", [("conv_mma_f16", "fp16"), ("conv_mma", "tf32")])
+def test_the_inline_ptx_assembles_for_sm_90(variant, precision, tmp_path, monkeypatch):
+    """ptxas (CUDA's assembler) assembles, for sm_90 (the H100), every inline-asm instruction
+    of the kernel rendered for NVIDIA's compiler, its operands as the asm's constraints bind
+    them. No NVIDIA OpenCL driver is here, so this is the only check of the PTX strings
+    possible on this machine: that the instructions, their types and operand counts are
+    valid PTX for the target; what they compute is tested through the emulation (PoCL) and on
+    the H100 itself."""
+    ptxas = _ptxas()
+    if ptxas is None:
+        pytest.skip("ptxas (the CUDA toolkit's PTX assembler) is not installed here")
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    v = BY_NAME[variant]
+    layer = conv(storage=precision if precision == "fp16" else "fp32", **RESNET_3X3)
+    t = with_precision(H100, precision)
+    src = v.render(layer, v.fallback(layer, t), "k")
+    stmts = asm_statements(src)
+    mma = {"fp16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+           "tf32": "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"}[precision]
+    assert any(s[0].startswith(mma) for s in stmts), stmts
+    if precision == "fp16":        # 4 accumulators in and out, 4 + 2 .f16x2 words
+        assert stmts == [(mma + " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                                "{%0, %1, %2, %3};", ["+f"] * 4 + ["r"] * 6)]
+    (tmp_path / "k.ptx").write_text(ptx_stub(stmts))
+    run = subprocess.run([ptxas, "--gpu-name", "sm_90", str(tmp_path / "k.ptx"), "-o",
+                          str(tmp_path / "k.cubin")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr + ptx_stub(stmts)
+    assert (tmp_path / "k.cubin").stat().st_size > 0
+    # and the assembler does refuse a wrong operand count: the check can fail
+    (tmp_path / "bad.ptx").write_text(ptx_stub([(stmts[-1][0].replace("{%8, %9}", "{%8}")
+                                                 if precision == "fp16" else
+                                                 stmts[-1][0].replace(", {%8, %9}", ""),
+                                                 stmts[-1][1])]))
+    bad = subprocess.run([ptxas, "--gpu-name", "sm_90", str(tmp_path / "bad.ptx"), "-o",
+                          str(tmp_path / "bad.cubin")], capture_output=True, text=True)
+    assert bad.returncode != 0
+
+
+# -- on PoCL: the emulated mma ------------------------------------------------------------------
+
+# id -> (input shape, attributes, residual); odd sizes leave partial tiles in M, N and K
+SHAPES = {
+    "k1_odd_channels": ((2, 19, 7, 5), dict(out=33, kernel=1), False),
+    "k3_s2_p1_nobias": ((1, 8, 11, 9), dict(out=16, kernel=3, stride=2, pad=1, bias=False), False),
+    "k3_odd_channels_relu": ((2, 13, 9, 11), dict(out=20, kernel=3, pad=1, act="relu"), False),
+    "k3_residual_relu": ((2, 16, 8, 8), dict(out=32, kernel=3, pad=1, act="relu"), True),
+    "k7_s2_p3_tanh": ((1, 3, 17, 15), dict(out=8, kernel=7, stride=2, pad=3, act="tanh"), False),
+    "k3x2_dilated_asym": ((1, 5, 10, 9), dict(out=7, kernel=[3, 2], stride=[1, 2],
+                                              dilation=[2, 1], pad=[2, 0]), False),
+}
+SLOW = ("k7_s2_p3_tanh", "k3x2_dilated_asym")
+
+
+@functools.lru_cache(maxsize=None)
+def case(lid):
+    shape, attrs, res = SHAPES[lid]
+    layer = conv(shape, res=res, **attrs)
+    rng = np.random.default_rng(zlib.crc32(lid.encode()))
+    xs, prm = harness.random_inputs(layer, rng)
+    return layer, xs, prm
+
+
+def half_model(layer, xs, prm):
+    """The float64 convolution of the operands as the device holds them (every input and
+    parameter rounded to half), its output rounded to half: what the kernel stores, up to
+    the FP32 sums' order."""
+    p = {k: round_fp16(v) for k, v in prm.items()}
+    return round_fp16(reference.forward(layer, [round_fp16(x) for x in xs], p))
+
+
+def check_point(layer, xs, prm, cfg, target, ctx):
+    out = harness.run_layer(layer, F16, cfg, xs, prm, target=target, ctx=ctx)
+    got = protocol.Reference(layer, xs, prm).check(out)
+    assert got["ok"], f"[{cfg}]: scaled error {got['error']:.3g} beyond the half tolerance"
+    # one half ulp where FP32 sums in another order fall on the other side of a rounding
+    model = half_model(layer, xs, prm)
+    ok, err = harness.close(out, model, 2.0 ** -10)
+    assert ok, f"[{cfg}]: {err:.3g} from the half model"
+    assert np.mean(out == model) > 0.98, f"[{cfg}]: {np.mean(out != model):.3%} not the model's"
+    assert np.array_equal(out, out.astype(np.float16).astype(np.float32))
+    return out
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    monkeypatch.setenv(EMULATE_ENV, "1")
+    try:
+        ctx, queue, _ = harness.context_for(POCL)
+    except Exception as e:                          # no PoCL: the device tier is skipped
+        pytest.skip(f"PoCL not available: {e}")
+    return with_precision(POCL, "fp16"), (ctx, queue)
+
+
+@pytest.mark.parametrize("lid", [pytest.param(lid, marks=pytest.mark.slow) if lid in SLOW
+                                 else lid for lid in SHAPES])
+def test_emulated_conv_mma_f16_against_the_reference(emulated, lid):
+    """The fallback and one point from the middle of the space (other tiles, warps, DBUF)."""
+    target, ctx = emulated
+    layer, xs, prm = case(lid)
+    pts = _part(layer, target).points
+    for cfg in (F16.fallback(layer, target), pts[len(pts) // 2]):
+        check_point(layer, xs, prm, cfg, target, ctx)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lid", list(SHAPES))
+def test_emulated_conv_mma_f16_over_its_space(emulated, lid):
+    target, ctx = emulated
+    layer, xs, prm = case(lid)
+    pts = _part(layer, target).points
+    for i in range(5):
+        check_point(layer, xs, prm, pts[i * (len(pts) - 1) // 4], target, ctx)
+
+
+def test_every_finite_half_passes_through_exactly(emulated):
+    """An identity 1x1 conv over all 63488 finite halves (subnormals, zeros, the largest): the
+    fragment exchange puts every value at its own channel and the decoding of the bits is
+    exact, so the output is the input."""
+    target, ctx = emulated
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    vals = bits.view(np.float16)
+    vals = vals[np.isfinite(vals)].astype(np.float32)
+    assert vals.size == 16 * 62 * 64
+    layer = conv((1, 16, 62, 64), out=16, kernel=1, bias=False)
+    x = vals.reshape(1, 16, 62, 64)
+    w = np.eye(16, dtype=np.float32).reshape(16, 16, 1, 1)
+    out = harness.run_layer(layer, F16, F16.fallback(layer, target), [x], {"weight": w},
+                            target=target, ctx=ctx)
+    assert np.array_equal(out, x)
