@@ -370,3 +370,50 @@ def test_every_finite_half_passes_through_exactly(emulated):
     out = harness.run_layer(layer, F16, F16.fallback(layer, target), [x], {"weight": w},
                             target=target, ctx=ctx)
     assert np.array_equal(out, x)
+
+
+# -- an fp16 library on PoCL --------------------------------------------------------------------
+
+NET = """name: halfmma
+input: [2, 8, 9, 9]
+layers:
+  - {name: c1, op: conv, out: 16, kernel: 3, pad: 1, bias: false}
+  - {name: bn1, op: batchnorm}
+  - {name: r1, op: relu}
+  - {name: c2, op: conv, out: 24, kernel: 3, stride: 2, act: relu}
+  - {name: gap, op: global_avgpool}
+  - {name: fc, op: dense, out: 5}
+"""
+
+
+@pytest.mark.slow
+def test_an_fp16_library_runs_it_and_checks_against_the_half_model(emulated, tmp_path,
+                                                                    monkeypatch):
+    """conv_mma_f16 recorded fastest for both convs (one with a batchnorm folded into it, its
+    folded weight rounded to half by set_params and packed from there): the fp16 build runs
+    it in both, and --check against the half model passes."""
+    from aotconv.compiler import compile_network
+    from aotconv.context import BuildContext
+    from aotconv.passes import optimise
+    from aotconv.precision import stored
+    from aotconv.spec import load_network
+    monkeypatch.setenv("AOTCONV_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AOTCONV_SHIPPED_RECORDS", "0")
+    (tmp_path / "halfmma.yaml").write_text(NET)
+    db = tmp_path / "records.jsonl"
+    with BuildContext.make("pocl-cpu", mode="records", precision="fp16") as ctx:
+        store = Store(write=[db])
+        net = stored(optimise(load_network(str(tmp_path / "halfmma.yaml"))), "fp16")
+        for name in ("c1", "c2"):
+            layer = net.layer(name)
+            store.append(Key(layer, F16, ctx.target, ctx.device),
+                         F16.fallback(layer, ctx.target), Outcome(Status.OK, 1e-3, (1e-3,)))
+    res = compile_network(str(tmp_path / "halfmma.yaml"), target="pocl-cpu",
+                          outdir=tmp_path / "out", tune_mode="records", tuning_db=str(db),
+                          check=True, quiet=True, precision="fp16")
+    assert {n: c.variant for n, c in res.schedule.choices.items()
+            if n in ("c1", "c2")} == {"c1": F16.name, "c2": F16.name}
+    assert res.check_reference.startswith("the float64 numpy reference with every weight")
+    assert res.check_error is not None and res.check_error <= protocol.TOLERANCE
+    header = (tmp_path / "out" / "halfmma.h").read_text()
+    assert '#define AOTCONV_HALFMMA_PRECISION "fp16"' in header
