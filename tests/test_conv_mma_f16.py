@@ -4,8 +4,9 @@
 Device-free: where it is offered (an fp16 build's half layers on a device with tensor cores,
 or with AOTCONV_MMA_EMULATE; never an fp32 or tf32 build, never a non-NVIDIA target without
 the switch), `aotconv space` listing it for ResNet-50 on the h100, its records keyed apart
-from conv_mma's and from FP32 layers', its local tiles half the bytes of conv_mma's, and the
-PTX it emits assembled by ptxas for sm_90.
+from conv_mma's and from FP32 layers', its local tiles half the bytes of conv_mma's, the
+preprocessor giving NVIDIA's compiler the PTX body and every other the emulation, and the PTX
+it emits assembled by ptxas for sm_90.
 
 PoCL (the device tier, the mma emulated): 1x1, 3x3 stride 2 padded, odd channel counts, a
 fused residual with relu, batch > 1, against the float64 reference within the half tolerance
@@ -105,6 +106,8 @@ def test_no_tensor_cores_no_switch_no_points(name, cc, monkeypatch):
     part = _part(layer, t)
     assert not part.points and part.first["tensor_cores"] == part.total, name
     assert fallback_point(layer, F16, t) is None
+    # nor is it among the candidates of the layer's space
+    assert not any(p.points for p in layer_space(layer, t, variants=[F16, TF32]).parts)
     if name == "pocl-cpu":
         monkeypatch.setenv(EMULATE_ENV, "1")
         assert _part(layer, t).points
@@ -277,6 +280,30 @@ def test_the_inline_ptx_assembles_for_sm_90(variant, precision, tmp_path, monkey
     bad = subprocess.run([ptxas, "--gpu-name", "sm_90", str(tmp_path / "bad.ptx"), "-o",
                           str(tmp_path / "bad.cubin")], capture_output=True, text=True)
     assert bad.returncode != 0
+
+
+def test_nvidia_s_compiler_gets_the_ptx_and_every_other_the_emulation(monkeypatch):
+    """The preprocessor gate of the two bodies, run through the C preprocessor with and
+    without the macro NVIDIA's OpenCL compiler defines (cl_nv_compiler_options), and with
+    the test-only switch rendered in."""
+    cpp = shutil.which("cpp")
+    if cpp is None:
+        pytest.skip("no C preprocessor (cpp) here")
+    layer = conv(**RESNET_3X3)
+    cfg = F16.fallback(layer, with_precision(H100, "fp16"))
+
+    def expanded(*defines):
+        src = F16.render(layer, cfg, "k")
+        return subprocess.run([cpp, "-P", *defines], input=src, capture_output=True,
+                              text=True, check=True).stdout
+
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    nv = expanded("-Dcl_nv_compiler_options")
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in nv and "half_bits" not in nv
+    other = expanded()
+    assert "mma.sync" not in other and "half_bits(wa_ & 0xffffu)" in other
+    monkeypatch.setenv(EMULATE_ENV, "1")
+    assert "mma.sync" not in expanded("-Dcl_nv_compiler_options")
 
 
 # -- on PoCL: the emulated mma ------------------------------------------------------------------
