@@ -101,6 +101,24 @@ _FALLBACKS = _fallbacks((64, 128, 16, 2, 2, 8, 1), (64, 64, 16, 2, 2, 8, 1),
                         (32, 32, 16, 1, 1, 8, 0), (32, 32, 8, 1, 1, 8, 0))
 
 
+# The constraints conv_mma_f16 shares: its mma tiles and accumulators are these too
+WARP_TILES_WHOLE = Constraint(
+    "warp_tiles_whole", "algorithm",
+    "each warp computes a whole grid of 16 x 8 mma tiles: BM % (16 WM) == 0 and BN % (8 WN) == 0",
+    lambda l, c, t: c["BM"] % (16 * c["WM"]) == 0 and c["BN"] % (8 * c["WN"]) == 0)
+M_TILE_NOT_OVERSIZED = Constraint(
+    "m_tile_not_oversized", "software",
+    "a tile beyond the next power of two above K (floor 32) computes only padding",
+    lambda l, c, t: c["BM"] <= max(32, pow2_at_least(_dims(l)[0])))
+N_TILE_NOT_OVERSIZED = Constraint(
+    "n_tile_not_oversized", "software",
+    "a tile beyond the next power of two above N*P*Q (floor 32) computes only padding",
+    lambda l, c, t: c["BN"] <= max(32, pow2_at_least(_dims(l)[1])))
+ACCUMULATORS_FIT = Constraint(
+    "accumulators_fit", "software",
+    "more than 128 FP32 accumulators per lane (4 per mma tile) spill",
+    lambda l, c, t: 4 * _frags(c)[0] * _frags(c)[1] <= 128)
+
 class ConvMma(Variant):
     name = "conv_mma"
     ops = ("conv",)
@@ -112,10 +130,7 @@ class ConvMma(Variant):
                    "mma.sync m16n8k8 in TF32 needs an NVIDIA GPU of compute capability 8.0 or "
                    "newer (its tensor cores)",
                    lambda l, c, t: emulated() or has_tensor_cores(t)),
-        Constraint("warp_tiles_whole", "algorithm",
-                   "each warp computes a whole grid of 16 x 8 mma tiles: BM % (16 WM) == 0 and "
-                   "BN % (8 WN) == 0",
-                   lambda l, c, t: c["BM"] % (16 * c["WM"]) == 0 and c["BN"] % (8 * c["WN"]) == 0),
+        WARP_TILES_WHOLE,
         Constraint("k_step_whole_mmas", "algorithm",
                    "a BK-deep step is whole 8-deep mma k-steps",
                    lambda l, c, t: c["BK"] % 8 == 0),
@@ -127,21 +142,13 @@ class ConvMma(Variant):
                    "each work-item loads fixed columns of the BK x BN input tile, the same count "
                    "each: the work-group size and the tile width must divide",
                    lambda l, c, t: _b_covers(c)),
-        Constraint("m_tile_not_oversized", "software",
-                   "a tile beyond the next power of two above K (floor 32) computes only "
-                   "padding",
-                   lambda l, c, t: c["BM"] <= max(32, pow2_at_least(_dims(l)[0]))),
-        Constraint("n_tile_not_oversized", "software",
-                   "a tile beyond the next power of two above N*P*Q (floor 32) computes only "
-                   "padding",
-                   lambda l, c, t: c["BN"] <= max(32, pow2_at_least(_dims(l)[1]))),
+        M_TILE_NOT_OVERSIZED,
+        N_TILE_NOT_OVERSIZED,
         Constraint("k_tile_not_oversized", "software",
                    "a K step beyond the next power of two above C*R*S (floor 8) multiplies "
                    "zeros",
                    lambda l, c, t: c["BK"] <= max(8, pow2_at_least(_dims(l)[2]))),
-        Constraint("accumulators_fit", "software",
-                   "more than 128 FP32 accumulators per lane (4 per mma tile) spill",
-                   lambda l, c, t: 4 * _frags(c)[0] * _frags(c)[1] <= 128),
+        ACCUMULATORS_FIT,
         enough_work_groups(_work_groups),
     )
 

@@ -47,30 +47,15 @@ from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, cei
     pow2_at_least, round_up
 from .conv_common import conv_sizes, domain_reason, enough_work_groups
 from .conv_igemm import needs_bounds
-from .conv_mma import MIN_CC, emulated, has_tensor_cores
+from .conv_mma import ACCUMULATORS_FIT, MIN_CC, M_TILE_NOT_OVERSIZED, N_TILE_NOT_OVERSIZED, \
+    WARP_TILES_WHOLE, _dims, _fallbacks, _frags, _wg, _work_groups, emulated, has_tensor_cores
 from .limits import first_valid
 from .residual import with_residual
-
-
-def _dims(layer):
-    """(M, N, reduction) of the GEMM."""
-    n, k, p, q = layer.out_shape
-    a = layer.attrs
-    return k, n * p * q, layer.in_shape[1] * a["kernel"][0] * a["kernel"][1]
 
 
 def _half_layer(layer):
     from ..precision import storage_of
     return storage_of(layer) == "fp16"
-
-
-def _wg(c):
-    return 32 * c["WM"] * c["WN"]
-
-
-def _frags(c):
-    """(16-row tiles, 8-column tiles) of one warp."""
-    return c["BM"] // c["WM"] // 16, c["BN"] // c["WN"] // 8
 
 
 def _b_plan(c):
@@ -87,15 +72,6 @@ def _b_plan(c):
 def _b_covers(c):
     wg, bn, rows = _wg(c), c["BN"], c["BK"] // 2
     return (wg % bn == 0 and rows % (wg // bn) == 0) if wg >= bn else bn % wg == 0
-
-
-def _work_groups(layer, c):
-    m, n, _ = _dims(layer)
-    return ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
-
-
-def _fallbacks(*rows):
-    return [dict(zip(("BM", "BN", "BK", "WM", "WN", "PAD", "DBUF"), r)) for r in rows]
 
 
 # Preferred untuned points, big tiles first; the last is valid for every layer of the domain
@@ -121,10 +97,7 @@ class ConvMmaF16(Variant):
                    "mma.sync m16n8k16 in f16 with FP32 accumulation needs an NVIDIA GPU of "
                    "compute capability %d.%d or newer (its tensor cores)" % MIN_CC,
                    lambda l, c, t: emulated() or has_tensor_cores(t)),
-        Constraint("warp_tiles_whole", "algorithm",
-                   "each warp computes a whole grid of 16 x 8 mma tiles: BM % (16 WM) == 0 and "
-                   "BN % (8 WN) == 0",
-                   lambda l, c, t: c["BM"] % (16 * c["WM"]) == 0 and c["BN"] % (8 * c["WN"]) == 0),
+        WARP_TILES_WHOLE,
         Constraint("k_step_whole_mmas", "algorithm",
                    "a BK-deep step is whole 16-deep mma k-steps (BK a multiple of 16)",
                    lambda l, c, t: c["BK"] % 16 == 0),
@@ -138,21 +111,13 @@ class ConvMmaF16(Variant):
                    "by BN), the same count each: the work-group size and the tile width must "
                    "divide",
                    lambda l, c, t: _b_covers(c)),
-        Constraint("m_tile_not_oversized", "software",
-                   "a tile beyond the next power of two above K (floor 32) computes only "
-                   "padding",
-                   lambda l, c, t: c["BM"] <= max(32, pow2_at_least(_dims(l)[0]))),
-        Constraint("n_tile_not_oversized", "software",
-                   "a tile beyond the next power of two above N*P*Q (floor 32) computes only "
-                   "padding",
-                   lambda l, c, t: c["BN"] <= max(32, pow2_at_least(_dims(l)[1]))),
+        M_TILE_NOT_OVERSIZED,
+        N_TILE_NOT_OVERSIZED,
         Constraint("k_tile_not_oversized", "software",
                    "a K step beyond the next power of two above C*R*S (floor 16, one mma "
                    "k-step) multiplies zeros",
                    lambda l, c, t: c["BK"] <= max(16, pow2_at_least(_dims(l)[2]))),
-        Constraint("accumulators_fit", "software",
-                   "more than 128 FP32 accumulators per lane (4 per mma tile) spill",
-                   lambda l, c, t: 4 * _frags(c)[0] * _frags(c)[1] <= 128),
+        ACCUMULATORS_FIT,
         enough_work_groups(_work_groups),
     )
 
