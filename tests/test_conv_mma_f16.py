@@ -372,6 +372,41 @@ def test_emulated_conv_mma_f16_against_the_reference(emulated, lid):
         check_point(layer, xs, prm, cfg, target, ctx)
 
 
+# -- on an NVIDIA GPU: the inline PTX -----------------------------------------------------------
+
+@pytest.fixture
+def gpu():
+    from aotconv.targets import find_device
+    from aotconv.variants.conv_mma import has_tensor_cores
+    found = find_device(H100)
+    if found is None:
+        pytest.skip("no H100 here")
+    fp16 = with_precision(H100, "fp16", found[1])
+    if not has_tensor_cores(fp16):
+        pytest.skip("the H100's compute capability reads below 8.0")
+    ctx, queue, _ = harness.context_for(H100)
+    return fp16, (ctx, queue)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lid", list(SHAPES))
+def test_ptx_conv_mma_f16_against_the_reference(gpu, lid, monkeypatch):
+    """The tensor cores on the fallback and points across the space, each within the half
+    tolerance and one half ulp of the half model; the driver's binary holds the f16 mma, and
+    the emulation on the same device stores the same halves but where the two sum orders
+    fall on the two sides of a rounding (one half ulp)."""
+    target, ctx = gpu
+    layer, xs, prm = case(lid)
+    pts = _part(layer, target).points
+    for cfg in [F16.fallback(layer, target)] + pts[::max(1, len(pts) // 6)][:6]:
+        out = check_point(layer, xs, prm, cfg, target, ctx)
+    ptx = harness.build(ctx[0], F16.render(layer, cfg, "k")).binaries[0]
+    assert b"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
+    monkeypatch.setenv(EMULATE_ENV, "1")
+    emu = check_point(layer, xs, prm, cfg, target, ctx)
+    assert harness.close(out, emu, 2.0 ** -10)[0] and np.mean(out == emu) > 0.98
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lid", list(SHAPES))
 def test_emulated_conv_mma_f16_over_its_space(emulated, lid):
