@@ -167,15 +167,26 @@ def reduced_layers(choices):
     return out
 
 
+# the variants of an fp16 build that multiply on the tensor cores (FP32 math on the halves:
+# a product of two halves is exact in FP32), which the header and report name
+TENSOR_CORE_HALF = ("conv_mma_f16",)
+
+
 def summary(choices, requested=DEFAULT, storage="fp32"):
     """(what the library computes in, one sentence saying where): the header's and the
     report's precision. The library computes in `requested` only where a layer does: a tf32
     build where no tensor-core variant served a layer computes in FP32 and says so. `storage`:
     how its layers store their tensors ("fp16": an fp16 build)."""
     if storage == "fp16":
-        return "fp16", ("FP16 storage of every layer's weights and output (the inputs and outputs "
-                        "float at the calls, converted on the device); FP32 math and "
-                        "accumulation in every layer")
+        text = ("FP16 storage of every layer's weights and output (the inputs and outputs "
+                "float at the calls, converted on the device); FP32 math and accumulation in "
+                "every layer")
+        cores = sorted(n for n, c in choices.items() if c.variant in TENSOR_CORE_HALF)
+        if cores:
+            convs = sum(1 for c in choices.values() if c.impl.ops and "conv" in c.impl.ops)
+            text += (f", on the tensor cores (f16 products, exact in FP32) in {len(cores)} of "
+                     f"{convs} conv layers ({', '.join(cores)})")
+        return "fp16", text
     reduced = reduced_layers(choices)
     convs = sum(1 for c in choices.values() if c.impl.ops and "conv" in c.impl.ops)
     if not reduced:

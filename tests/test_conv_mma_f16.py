@@ -372,6 +372,22 @@ def test_emulated_conv_mma_f16_against_the_reference(emulated, lid):
         check_point(layer, xs, prm, cfg, target, ctx)
 
 
+def test_the_header_and_report_name_the_layers_on_the_tensor_cores():
+    from aotconv.choose import Choice
+    from aotconv.precision import summary
+    layer = conv((1, 16, 8, 8), out=16, kernel=3, pad=1)
+    cfg = F16.fallback(layer, with_precision(H100, "fp16"))
+    choices = {"c2": Choice(F16.name, cfg), "c1": Choice(F16.name, cfg),
+               "c3": Choice("conv_direct", Config({}))}
+    kind, text = summary(choices, "fp16", "fp16")
+    assert kind == "fp16" and text.endswith(
+        "FP32 math and accumulation in every layer, on the tensor cores (f16 products, exact in "
+        "FP32) in 2 of 3 conv layers (c1, c2)")
+    # without it the sentence stops at the math
+    kind, text = summary({"c3": choices["c3"]}, "fp16", "fp16")
+    assert text.endswith("FP32 math and accumulation in every layer")
+
+
 # -- on an NVIDIA GPU: the inline PTX -----------------------------------------------------------
 
 @pytest.fixture
@@ -479,3 +495,6 @@ def test_an_fp16_library_runs_it_and_checks_against_the_half_model(emulated, tmp
     assert res.check_error is not None and res.check_error <= protocol.TOLERANCE
     header = (tmp_path / "out" / "halfmma.h").read_text()
     assert '#define AOTCONV_HALFMMA_PRECISION "fp16"' in header
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "on the tensor cores (f16 products, exact in FP32) in 2 of 2 conv layers (c1, c2)" \
+        in report
