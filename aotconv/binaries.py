@@ -185,7 +185,6 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
                     f"the binaries failed ({type(e).__name__}: {first}); the library's first "
                     f"run() compiles PoCL's work-group functions")
                 warm, warmed = False, 0
-        return built
 
     joined, why = (build(joined_source(sources, sections)) if len(sources) > 1
                    else (None, "a single program"))
@@ -223,7 +222,7 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
                 f"{'y' if joined is not None else 'ies'} ({native.what()}, {size / 1024:.0f} KiB) "
                 f"for {dev_name} (driver {driver}) beside the source")
         if warmed:
-            note += (f"; the work-group functions of its {warmed} launch geometr"
+            note += (f"; the work-group functions of the library's {warmed} launch geometr"
                      f"{'y' if warmed == 1 else 'ies'} compiled in")
     return ProgramPlan(joined is not None, sections, blobs, dev_name, driver, note,
                        warmed if any(blobs) else 0)
@@ -279,13 +278,17 @@ def warm_up(cctx, device, programs, launches, buffers):
     kernels = {}
     try:
         for l in todo:
-            k = kernels.get((l.program, l.kernel))
-            if k is None:
-                k = kernels[(l.program, l.kernel)] = cl.Kernel(programs[l.program], l.kernel)
-            for a, (kind, v) in enumerate(l.args):
-                k.set_arg(a, mem(v) if kind == "buf" else
-                          np.int32(v) if kind == "int" else np.float32(v))
-            cl.enqueue_nd_range_kernel(queue, k, tuple(l.gsize), tuple(l.lsize) or None)
+            try:
+                k = kernels.get((l.program, l.kernel))
+                if k is None:
+                    k = kernels[(l.program, l.kernel)] = cl.Kernel(programs[l.program],
+                                                                   l.kernel)
+                for a, (kind, v) in enumerate(l.args):
+                    k.set_arg(a, mem(v) if kind == "buf" else
+                              np.int32(v) if kind == "int" else np.float32(v))
+                cl.enqueue_nd_range_kernel(queue, k, tuple(l.gsize), tuple(l.lsize) or None)
+            except cl.Error as e:
+                raise cl.Error(f"layer '{l.layer}', kernel {l.kernel}: {e}") from None
         queue.finish()
     finally:
         for m in mems.values():

@@ -20,7 +20,7 @@ import pytest
 
 from aotconv import binaries
 from aotconv.harness import close
-from aotconv.schedule import LaunchRow
+from aotconv.schedule import Buffer, LaunchRow, Program
 
 from app_helpers import reference
 
@@ -102,8 +102,8 @@ def test_the_first_run_of_a_pocl_library_compiles_no_work_group_function(started
     built, start, x, y = started["on"]
     assert built["joined"] and built["setup"] >= 1
     assert built["warmed"] == built["geometries"]
-    assert f"the work-group functions of its {built['geometries']} launch geometries " \
-           f"compiled in" in built["note"]
+    assert f"the work-group functions of the library's {built['geometries']} launch " \
+           f"geometries compiled in" in built["note"]
     assert start["from_binary"], start["why"]
     assert start["created"], "create() unpacked no compiled code into PoCL's cache"
     compiled = sorted(set(start["after"]) - set(start["created"]))
@@ -120,6 +120,53 @@ def test_without_the_warm_up_the_first_run_compiles_every_launch(started):
     compiled = set(start["after"]) - set(start["created"])
     assert len(compiled) == built["geometries"]
     assert np.array_equal(x, started["on"][2]) and np.array_equal(y, started["on"][3])
+
+
+# -- the plan on PoCL, in this process ------------------------------------------------------
+
+A = "__kernel void k_a(__global float *y) { y[0] = 1.0f; }\n"
+B = "__kernel __attribute__((reqd_work_group_size(2, 1, 1))) void k_b(__global float *y) " \
+    "{ y[get_global_id(0)] = 2.0f; }\n"
+
+
+def _pocl_ctx():
+    from aotconv.harness import context_for
+    from aotconv.targets import get_target
+    _, _, device = context_for(get_target("pocl-cpu"))
+    return SimpleNamespace(present=True, found=(None, device),
+                           profile=SimpleNamespace(name="pocl-cpu"))
+
+
+def test_programs_one_per_layer_are_each_launched_on_their_own_program(monkeypatch):
+    """Where the joined program does not build, each layer's program is launched with its
+    own launches: a kernel looked up in another layer's program would fail the warm-up."""
+    monkeypatch.setattr(binaries, "joined_source", lambda sources, sections: "not OpenCL C")
+    rows = [_row(0, "k_a", (1,), (1,), args=[("buf", 0)]),
+            _row(1, "k_b", (4,), (2,), args=[("buf", 0)])]
+    said = []
+    plan = binaries.plan([Program("a", "a", A), Program("b", "b", B)], _pocl_ctx(),
+                         log=said.append, launches=rows, buffers=[Buffer("y", 16, "act")])
+    assert not plan.joined and all(plan.blobs) and len(plan.blobs) == 2
+    assert plan.warmed == 2, said
+    assert "2 programs, one per layer" in plan.note
+    assert "the work-group functions of the library's 2 launch geometries compiled in" \
+        in plan.note
+
+
+def test_a_launch_that_fails_at_build_time_costs_the_warm_up_not_the_binary():
+    """A launch the device refuses (here a local size that does not divide the global one)
+    is a warning: the binary is embedded without the compiled launches, the build goes on."""
+    rows = [_row(0, "k_a", (1,), (1,), args=[("buf", 0)]),
+            _row(1, "k_b", (5,), (2,), args=[("buf", 0)])]
+    said = []
+    plan = binaries.plan([Program("a", "a", A), Program("b", "b", B)], _pocl_ctx(),
+                         log=said.append, launches=rows, buffers=[Buffer("y", 20, "act")])
+    assert plan.joined and plan.has_binaries and plan.warmed == 0
+    assert "compiled in" not in plan.note
+    assert any(m.startswith("aotconv: warning: launching the kernels on ") and
+               "kernel k_b: clEnqueueNDRangeKernel failed" in m and
+               "the library's first run() compiles PoCL's work-group functions" in m
+               for m in said), said
 
 
 # -- device-free -----------------------------------------------------------------------------

@@ -10,7 +10,8 @@ pay the driver's own start (as in an application that already uses OpenCL).
 
 On PoCL: --fresh-pocl-cache points POCL_CACHE_DIR at a new empty directory (removed after), PoCL's
 cold start; where POCL_CACHE_DIR is set, the line also counts the work-group functions (.so
-files) PoCL compiled during the first run() (docs/c-api.md, Programs: binaries and source).
+files) PoCL compiled during load_params and the first run() (docs/c-api.md, Programs: binaries
+and source).
 
     python tools/time_library.py build/lenet5 --fresh-pocl-cache --runs 20
 """
@@ -94,14 +95,16 @@ def _time(p, a):
               queue=queue if a.app_queue else None) as net:
         create_ms = (time.perf_counter() - t0) * 1e3        # dlopen, create()
         from_binary, why = net.program_source()
+        before = pocl_objects(cache)
         t0 = time.perf_counter()
         params = net.dir / f"{net.name}.params.bin"
         if params.exists():
             net.load_params(params)
         params_ms = (time.perf_counter() - t0) * 1e3
+        after = pocl_objects(cache)
+        compiled_params, before = len(after - before), after
         load_ms = create_ms + params_ms
         x0 = np.zeros(net.input_shape, np.float32)
-        before = pocl_objects(cache)
         t0 = time.perf_counter()
         net(x0)
         first_ms = (time.perf_counter() - t0) * 1e3
@@ -125,7 +128,8 @@ def _time(p, a):
                "programs_from_binary": bool(from_binary), "programs_why": why,
                "load_ms": round(load_ms, 1),
                "first_run_ms": round(first_ms, 2), "second_run_ms": round(second_ms, 2),
-               "pocl_cache": cache, "pocl_compiled_first_run": compiled,
+               "pocl_cache": cache, "pocl_compiled_load_params": compiled_params if cache
+               else None, "pocl_compiled_first_run": compiled,
                "run_ms": round(run_ms, 4),
                "pinned_run_ms": round(pinned_ms, 4),
                "kernels_ms": round(float(np.median(kernels)), 4),
@@ -136,9 +140,10 @@ def _time(p, a):
     pre = f"driver start {driver_ms:.1f} ms, " if driver_ms is not None else ""
     call = "create_with_queue()" if a.app_queue else "create()"
     print(f"{a.label} {pre}{call} {out['create_ms']:.1f} ms "
-          f"({'binary' if from_binary else 'source'}), load_params {out['params_ms']:.1f} ms, "
+          f"({'binary' if from_binary else 'source'}), load_params {out['params_ms']:.1f} ms"
+          f"{f' ({compiled_params} compiled)' if cache else ''}, "
           f"load {out['load_ms']:.1f} ms, first run() {out['first_run_ms']:.2f} ms"
-          f"{f' ({compiled} work-group functions compiled)' if compiled is not None else ''}, "
+          f"{f' ({compiled} compiled)' if compiled is not None else ''}, "
           f"second run() {out['second_run_ms']:.2f} ms, "
           f"run() {out['run_ms']:.3f} ms, from pinned {out['pinned_run_ms']:.3f} ms, "
           f"kernels {out['kernels_ms']:.3f} ms in {out['launches']} launches ({a.dir})")
