@@ -29,6 +29,11 @@
 #                RESNET_BUDGET, default 4m), against PyTorch eager, CUDA graph and torch.compile
 #   tune-resnet50b32, tune-mobilenet   ResNet-50 batch 32 and MobileNetV2 batch 1 end to end
 #                (RESNET_BUDGET, MOBILENET_BUDGET), on top of the records of the calls before
+#   launch-gap   tools/launch_gap.py: the time between dependent kernels, profiling off and on
+#   fp16-tc      the fp16 tensor-core kernel (conv_mma_f16): its `gpu` tests (the PTX against
+#                the reference and the emulation), then FP16_NETS (default resnet50:1,
+#                resnet50:32,vgg16:16) end to end in fp16 with FP16_BUDGET (default 60s) each,
+#                against PyTorch FP16
 #   all          every phase above in turn (with TOTAL_LIMIT=100000, where no 10-minute
 #                limit applies)
 #
@@ -249,6 +254,15 @@ run_phase() {
                 python3 tools/time_library.py "$lib" --label "devices=$w" | tee -a "$OUT/farm.txt"
                 cp "$cache/records.jsonl" "$OUT/records-farm-$w.jsonl"
             done ;;
+        launch-gap)
+            step "launch gap" timeout -k 10 60 python3 tools/launch_gap.py --target "$TARGET" \
+                --json "$OUT/launch-gap.json" ;;
+        fp16-tc)
+            step "conv_mma_f16 on the tensor cores" timeout -k 10 240 \
+                python3 -m pytest -q -m gpu tests/test_conv_mma_f16.py
+            bench fp16-e2e --sets e2e --e2e "${FP16_NETS:-resnet50:1,resnet50:32,vgg16:16}" \
+                --e2e-budget "${FP16_BUDGET:-60s}" --precision fp16 \
+                --torch-compile "${TORCH_COMPILE:-reduce-overhead}" ;;
         cmd)   # GPU_CMD, a shell command, run with the environment set up above (e.g. a pytest file)
             step "GPU_CMD: ${GPU_CMD:-unset}" timeout -k 10 $(( $(left) > 20 ? $(left) - 10 : 10 )) \
                 bash -c "${GPU_CMD:-false}"

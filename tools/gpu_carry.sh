@@ -2,12 +2,13 @@
 # Prepare, on the development machine, what tools/gpu_bench.sh needs carried to the GPU machine
 # (which has python3 3.12 with torch and numpy, and reaches no registry):
 #   .whl/  wheels for CPython 3.12 manylinux x86_64 of what aotconv needs beyond the image
+#          (and pytest, for the tests marked gpu)
 #   .deb/  Debian's libclblast1, its ICD loader, libOpenCL.so and the CL headers
 # Both are ignored by git (.gitignore). Idempotent; keeps one version of each package and
 # leaves other files in .whl/ and .deb/ alone.
 set -eu
 cd "$(dirname "$0")/.."
-WHEELS="pyopencl pytools siphash24 platformdirs mako markupsafe cffi pycparser ninja"
+WHEELS="pyopencl pytools siphash24 platformdirs mako markupsafe cffi pycparser ninja pytest pluggy iniconfig packaging pygments"
 DEBS="libclblast1 ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers"
 mkdir -p .whl .deb
 # drop older copies of these packages only: others' wheels in .whl/ stay
