@@ -15,7 +15,8 @@ typedef struct _cl_command_queue *cl_command_queue;
 typedef struct _cl_mem *cl_mem;
 typedef struct aotconv_{n} aotconv_{n};
 typedef struct {{ int platform_index; int device_index; const char *device_name; int profile;
-                  int source_only; long stage_bytes; int stage_threads; }} aotconv_{n}_options;
+                  int source_only; long stage_bytes; int stage_threads; int flush_every; }}
+                  aotconv_{n}_options;
 typedef struct {{ size_t activation_bytes, parameter_bytes, variant_bytes, scratch_bytes,
                   device_bytes, pinned_bytes; }} aotconv_{n}_memory_info;
 int aotconv_{n}_create(aotconv_{n} **out, const aotconv_{n}_options *opts);
@@ -80,14 +81,18 @@ class Network(Closeable):
     run_buffers() takes pyopencl Buffers of its context. `source_only`: compile the embedded
     source even where a device binary is embedded. `stage_bytes`: run()'s staging chunk (0:
     the default, < 0: no staging). `stage_threads`: the threads that copy run()'s staged
-    chunks (0: the default, one per CPU up to 8; 1: the calling thread alone)."""
+    chunks (0: the default, one per CPU up to 8; 1: the calling thread alone). `flush_every`:
+    a clFlush after the input and every N kernels of a run (0: the default, none)."""
 
     def __init__(self, directory, device_name=None, profile=True, params=True, queue=None,
-                 source_only=False, stage_bytes=0, stage_threads=0):
+                 source_only=False, stage_bytes=0, stage_threads=0, flush_every=0):
         from cffi import FFI
         if not -2**31 <= int(stage_threads) < 2**31:
             raise AotconvError(f"stage_threads is {stage_threads}; give 0 (the default), 1 (the "
                                f"calling thread alone) or more (at most 64 are used)")
+        if not -2**31 <= int(flush_every) < 2**31:
+            raise AotconvError(f"flush_every is {flush_every}; give 0 (the default: no "
+                               f"flushes), N > 0 (a clFlush every N kernels) or -1 (none)")
         d = Path(directory)
         if not (d / "tuning.json").is_file():
             raise AotconvError(f"{d}: not an aotconv build directory (no tuning.json); "
@@ -120,6 +125,7 @@ class Network(Closeable):
         opts.platform_index, opts.device_index, opts.profile = -1, -1, int(profile)
         opts.source_only, opts.stage_bytes = int(source_only), int(stage_bytes)
         opts.stage_threads = int(stage_threads)
+        opts.flush_every = int(flush_every)
         self._name_keep = ffi.new("char[]", device_name.encode()) if device_name else ffi.NULL
         opts.device_name = self._name_keep
         h = ffi.new(f"aotconv_{n} **")

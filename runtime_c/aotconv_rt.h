@@ -229,6 +229,9 @@ typedef struct {
                                  (the CPUs, at most AOTRT_STAGE_THREADS_DEFAULT), 1 the caller
                                  alone, above AOTRT_STAGE_THREADS_MAX that maximum, < 0 an
                                  error */
+    int flush_every;          /* run launches between clFlush calls: 0 default (none: the
+                                 driver submits when it sees fit), N > 0 a flush after the
+                                 input and every N kernels, -1 none, other values an error */
 } aotrt_options;
 
 /* run()'s staging: pageable input and output go through a ring of pinned chunks, so that the
@@ -289,6 +292,7 @@ typedef struct aotrt_net {
     cl_mem stage_mem;         /* the staging ring: stage_slots x stage_bytes, pinned, mapped */
     unsigned char *stage_ptr;
     aotrt_pool *stage_pool;   /* the threads that copy beside the caller; NULL: the caller alone */
+    int flush_every;          /* options.flush_every resolved: 0 no flushes, N a flush every N */
     aotrt_trace *trace;       /* create()'s trace while it runs (rt_program.c notes in it) */
     char error[2048];
 } aotrt_net;

@@ -58,6 +58,12 @@ static int setup(aotrt_net *n, const aotrt_options *o)
     if (!n->programs || !n->kernels || !n->buffers || !n->events || !n->ran)
         return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
     /* first: its options are checked before the programs are built */
+    int flush = o ? o->flush_every : 0;
+    if (flush < -1)
+        return aotrt_set_error(n, AOTRT_ERR_ARGUMENT, "%s: options.flush_every is %d; give 0 "
+                               "(the default: no flushes), N > 0 (a clFlush every N kernels) "
+                               "or -1 (none)", d->net, flush);
+    n->flush_every = flush > 0 ? flush : 0;
     int rc = aotrt_stage_setup(n, o);
     if (rc)
         return rc;

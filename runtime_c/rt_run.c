@@ -261,7 +261,12 @@ static int enqueue_kernels(aotrt_net *n, int s)
                 n->events[i] = NULL;
             }
     n->ran[s] = AOTRT_RAN_NONE;
-    int r = z->first_run;
+    int r = z->first_run, since = 0;
+    /* options.flush_every: hand the device what is enqueued (the input's copy first) every N
+     * kernels, so that it starts while the host enqueues the rest; a driver that submits only
+     * at a flush or a blocking call otherwise idles until the run's last read */
+    if (n->flush_every)
+        clFlush(n->queue);
     for (int i = z->first_launch; i < z->first_launch + z->nlaunches; ++i) {
         if (d->launches[i].phase != AOTRT_PHASE_RUN)
             continue;
@@ -269,6 +274,10 @@ static int enqueue_kernels(aotrt_net *n, int s)
         if (rc)
             return rc;
         ++r;
+        if (n->flush_every && ++since == n->flush_every) {
+            clFlush(n->queue);
+            since = 0;
+        }
     }
     n->ran[s] = AOTRT_RAN_ENQUEUED;
     return AOTRT_OK;

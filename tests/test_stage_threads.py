@@ -355,4 +355,4 @@ def test_header_declares_the_option_last(big):
     body = text[text.index("    int platform_index;"):text.index("} aotconv_stagebig_options;")]
     members = [ln.split("/*")[0].strip() for ln in body.splitlines()]
     members = [m for m in members if m.endswith(";")]
-    assert members[-2:] == ["long stage_bytes;", "int stage_threads;"]
+    assert members[-3:] == ["long stage_bytes;", "int stage_threads;", "int flush_every;"]

@@ -6,7 +6,9 @@ pay the driver's own start (as in an application that already uses OpenCL).
     python tools/time_library.py build/resnet50 --label "devices=2" [--runs 50] [--json out.json]
 
 --stage-threads N and --stage-bytes B go to create() as options.stage_threads and stage_bytes
-(run()'s staging: the threads that copy, the chunk; 0 the defaults).
+(run()'s staging: the threads that copy, the chunk; 0 the defaults), --flush-every N as
+options.flush_every (a clFlush after the input and every N kernels); --no-profile creates the
+handle with profiling off (options.profile = 0: no kernel times, the kernels figure is left out).
 
 On PoCL: --fresh-pocl-cache points POCL_CACHE_DIR at a new empty directory (removed after), PoCL's
 cold start; where POCL_CACHE_DIR is set, the line also counts the work-group functions (.so
@@ -63,6 +65,11 @@ def main(argv=None):
                         "output (0: one per CPU, at most 8; 1: the calling thread alone)")
     p.add_argument("--stage-bytes", type=int, default=0, metavar="B",
                    help="options.stage_bytes: run()'s staging chunk (0: 4 MiB; < 0: no staging)")
+    p.add_argument("--flush-every", type=int, default=0, metavar="N",
+                   help="options.flush_every: a clFlush after the input and every N kernels of "
+                        "a run (0: none, the default)")
+    p.add_argument("--no-profile", action="store_true",
+                   help="options.profile = 0: the queue without profiling, no kernel times")
     p.add_argument("--fresh-pocl-cache", action="store_true",
                    help="POCL_CACHE_DIR: a new empty directory (PoCL's cold start), removed after")
     a = p.parse_args(argv)
@@ -92,6 +99,7 @@ def _time(p, a):
         p.error("--app-queue needs --warm-driver")
     t0 = time.perf_counter()
     with load(a.dir, params=False, stage_threads=a.stage_threads, stage_bytes=a.stage_bytes,
+              flush_every=a.flush_every, profile=not a.no_profile,
               queue=queue if a.app_queue else None) as net:
         create_ms = (time.perf_counter() - t0) * 1e3        # dlopen, create()
         from_binary, why = net.program_source()
@@ -117,8 +125,8 @@ def _time(p, a):
         xin, _ = net.host_buffers()
         xin[...] = x
         pinned_ms = median_ms(net.run_host, a.runs, a.warmup)
-        kernels, per = [], []
-        for _ in range(a.runs):
+        kernels, per, prof = [], [], []
+        for _ in range(0 if a.no_profile else a.runs):
             net.run_host()
             prof = net.profile()
             kernels.append(sum(ms for _, ms in prof))
@@ -132,11 +140,13 @@ def _time(p, a):
                else None, "pocl_compiled_first_run": compiled,
                "run_ms": round(run_ms, 4),
                "pinned_run_ms": round(pinned_ms, 4),
-               "kernels_ms": round(float(np.median(kernels)), 4),
+               "kernels_ms": round(float(np.median(kernels)), 4) if kernels else None,
                "launches": len(net.kernel_names),
                "stage_threads": a.stage_threads, "stage_bytes": a.stage_bytes,
+               "flush_every": a.flush_every, "profile": not a.no_profile,
                "per_kernel_ms": [[name, round(float(ms), 5)] for name, ms in
-                                 zip([n for n, _ in prof], np.median(np.array(per), axis=0))]}
+                                 zip([n for n, _ in prof], np.median(np.array(per), axis=0))]
+               if kernels else []}
     pre = f"driver start {driver_ms:.1f} ms, " if driver_ms is not None else ""
     call = "create_with_queue()" if a.app_queue else "create()"
     print(f"{a.label} {pre}{call} {out['create_ms']:.1f} ms "
@@ -146,7 +156,9 @@ def _time(p, a):
           f"{f' ({compiled} compiled)' if compiled is not None else ''}, "
           f"second run() {out['second_run_ms']:.2f} ms, "
           f"run() {out['run_ms']:.3f} ms, from pinned {out['pinned_run_ms']:.3f} ms, "
-          f"kernels {out['kernels_ms']:.3f} ms in {out['launches']} launches ({a.dir})")
+          + (f"kernels {out['kernels_ms']:.3f} ms" if kernels else "profiling off")
+          + f" in {out['launches']} launches"
+          + (f", a flush every {a.flush_every}" if a.flush_every > 0 else "") + f" ({a.dir})")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0

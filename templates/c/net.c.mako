@@ -133,7 +133,7 @@ struct aotconv_${name} { aotrt_net rt; };
 
 static aotrt_options options_of(const aotconv_${name}_options *opts)
 {
-    aotrt_options o = {-1, -1, 0, 1, 0, 0, 0};
+    aotrt_options o = {-1, -1, 0, 1, 0, 0, 0, 0};
     if (opts) {
         o.platform_index = opts->platform_index;
         o.device_index = opts->device_index;
@@ -142,6 +142,7 @@ static aotrt_options options_of(const aotconv_${name}_options *opts)
         o.source_only = opts->source_only;
         o.stage_bytes = opts->stage_bytes;
         o.stage_threads = opts->stage_threads;
+        o.flush_every = opts->flush_every;
     }
     return o;
 }

@@ -120,6 +120,8 @@ typedef struct {
     long stage_bytes;         /* run()'s staging chunk in bytes: 0 the default (4 MiB), < 0 off */
     int stage_threads;        /* threads copying run()'s staged chunks: 0 the default (one per
                                  CPU, at most 8), 1 the caller alone, at most 64 used */
+    int flush_every;          /* a clFlush after the input and every N kernels of a run: 0 the
+                                 default (none), -1 none */
 } aotconv_${name}_options;    /* members added later go at the end; zero means the default */
 
 typedef struct {
