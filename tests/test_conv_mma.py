@@ -29,7 +29,7 @@ from aotconv.errors import AotconvError
 from aotconv.graph import Layer
 from aotconv.precision import check, round_tf32
 from aotconv.space import layer_space, variant_space
-from aotconv.targets import TARGETS, find_device
+from aotconv.targets import TARGETS
 from aotconv.tune.measure import Outcome, Status, prepare_job, run_candidate
 from aotconv.tune.records import Key, Store
 from aotconv.tune.search import records_only
@@ -345,14 +345,8 @@ def test_tf32_products_fail_the_fp32_tolerance_and_pass_their_own(emulated):
 
 @pytest.fixture
 def gpu():
-    found = find_device(H100)
-    if found is None:
-        pytest.skip("no H100 here")
-    tf32 = with_precision(H100, "tf32", found[1])
-    if not has_tensor_cores(tf32):
-        pytest.skip("the H100's compute capability reads below 8.0")
-    ctx, queue, _ = harness.context_for(H100)
-    return tf32, (ctx, queue)
+    from devices import h100_tensor_cores
+    return h100_tensor_cores("tf32")
 
 
 @pytest.mark.gpu

@@ -392,16 +392,8 @@ def test_the_header_and_report_name_the_layers_on_the_tensor_cores():
 
 @pytest.fixture
 def gpu():
-    from aotconv.targets import find_device
-    from aotconv.variants.conv_mma import has_tensor_cores
-    found = find_device(H100)
-    if found is None:
-        pytest.skip("no H100 here")
-    fp16 = with_precision(H100, "fp16", found[1])
-    if not has_tensor_cores(fp16):
-        pytest.skip("the H100's compute capability reads below 8.0")
-    ctx, queue, _ = harness.context_for(H100)
-    return fp16, (ctx, queue)
+    from devices import h100_tensor_cores
+    return h100_tensor_cores("fp16")
 
 
 @pytest.mark.gpu
