@@ -189,7 +189,7 @@ def cmd_networks(a):
 def cmd_run(a):
     import numpy as np
     from .runtime import load
-    with load(a.dir) as net:
+    with load(a.dir, profile=True) as net:     # it prints the kernels' times
         n = a.batch or net.batch_sizes[-1]
         rng = np.random.default_rng(a.seed)
         xs = [rng.standard_normal((n,) + tuple(s[1:])).astype(np.float32)

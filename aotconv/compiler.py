@@ -328,7 +328,7 @@ def measure_library(outdir, net0, flat, seed, check, runs=5, ref=None, until=Non
     from .runtime import load
     rng = np.random.default_rng(seed + 1)
     x = random_inputs(net0, rng)
-    with load(outdir) as lib:
+    with load(outdir, profile=True) as lib:     # the report's per-kernel times
         lib.set_params(flat)
         t = time.monotonic()
         out = lib(x)
@@ -350,7 +350,7 @@ def measure_sizes(outdir, res, job, flat, refs, runs=5):
     samples padded with zeros, its first n outputs."""
     from .runtime import load
     rng = np.random.default_rng(job.seed + 1)
-    with load(outdir) as lib:
+    with load(outdir, profile=True) as lib:     # the report's per-kernel times
         lib.set_params(flat)
         for z, u, ref in zip(res.sizes, job.units, refs):
             x = random_inputs(u.net0, rng)

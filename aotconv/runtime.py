@@ -77,6 +77,10 @@ class Network(Closeable):
     takes one array per input: `net(x1, x2)`, `net([x1, x2])` or `net({"a": x1, "b": x2})`,
     each of the same n samples (run_inputs, run_inputs_n).
 
+    `profile`: keep per-kernel times for profile() (options.profile = 1). Off by default, as
+    in C: a queue with profiling widens the gap between dependent kernels (on an H100 about
+    5.7 us a launch), and profile() then raises the library's -7 saying to ask for it.
+
     `queue`: a pyopencl CommandQueue to create the handle on (create_with_queue); then
     run_buffers() takes pyopencl Buffers of its context. `source_only`: compile the embedded
     source even where a device binary is embedded. `stage_bytes`: run()'s staging chunk (0:
@@ -84,7 +88,7 @@ class Network(Closeable):
     chunks (0: the default, one per CPU up to 8; 1: the calling thread alone). `flush_every`:
     a clFlush after the input and every N kernels of a run (0: the default, none)."""
 
-    def __init__(self, directory, device_name=None, profile=True, params=True, queue=None,
+    def __init__(self, directory, device_name=None, profile=False, params=True, queue=None,
                  source_only=False, stage_bytes=0, stage_threads=0, flush_every=0):
         from cffi import FFI
         if not -2**31 <= int(stage_threads) < 2**31:
@@ -341,7 +345,7 @@ class Network(Closeable):
 
     def profile(self, batch=None):
         """[(kernel name, ms)] of the last run of every batch size (NaN for a size not run
-        yet), or of size `batch` only."""
+        yet), or of size `batch` only; on a network loaded with profile=True."""
         ms = np.empty(len(self.kernel_names), np.float64)
         self._check(self._f("profile")(self.handle, self.ffi.from_buffer("double[]", ms), ms.size))
         got = list(zip(self.kernel_names, ms.tolist()))
@@ -396,5 +400,7 @@ def _read_meta(path):
     return meta
 
 
-def load(directory, **kwargs):
-    return Network(directory, **kwargs)
+def load(directory, profile=False, **kwargs):
+    """The built network in `directory` (a Network). Per-kernel profiling is off unless
+    profile=True, as create() with opts NULL: only then does profile() give kernel times."""
+    return Network(directory, profile=profile, **kwargs)

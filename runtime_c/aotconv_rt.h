@@ -222,7 +222,8 @@ typedef struct {
     int platform_index;       /* -1: choose by the target's patterns (or AOTCONV_DEVICE) */
     int device_index;
     const char *device_name;  /* substring of "vendor platform device" to match, or NULL */
-    int profile;              /* keep per-kernel events for profile(); default on */
+    int profile;              /* 1: keep per-kernel events for profile(); default 0 (off: a
+                                 profiling queue widens the gap between kernels) */
     int source_only;          /* 1: compile the embedded source even where a binary is there */
     long stage_bytes;         /* run()'s staging chunk: 0 default, < 0 no staging */
     int stage_threads;        /* threads copying into and out of the staging ring: 0 default

@@ -100,7 +100,7 @@ static aotrt_net *new_handle(const aotrt_desc *d, const aotrt_options *o)
     if (!n)
         return NULL;
     n->desc = d;
-    n->profile_requested = o ? o->profile : 1;
+    n->profile_requested = o ? o->profile : 0;
     n->profile = n->profile_requested;
     return n;
 }
@@ -674,7 +674,8 @@ int aotrt_profile(aotrt_net *n, double *ms, size_t count)
     if (!n->profile)
         return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_profile: %s", d->net,
                                n->profile_requested ? "the application's queue was created "
-                               "without CL_QUEUE_PROFILING_ENABLE" : "created with profiling off");
+                               "without CL_QUEUE_PROFILING_ENABLE" : "created with profiling off: "
+                               "create with options.profile = 1 for per-kernel times");
     if (n->pending)
         return aotrt_set_error(n, AOTRT_ERR_STATE, "%s_profile: the last run is still in "
                                "flight; call wait first", d->net);

@@ -58,7 +58,7 @@ def _create_with_queue(lib, ctx, dev, queue, device_name=None):
 def test_the_applications_queue_and_buffers(lenet5, device):
     q = _queue(device, properties=cl.command_queue_properties.PROFILING_ENABLE)
     x = _input(1)
-    with load(lenet5.dir) as own, load(lenet5.dir, queue=q) as net:
+    with load(lenet5.dir) as own, load(lenet5.dir, queue=q, profile=True) as net:
         want = own(x)
         assert net.program_source()[0]
         din = cl.Buffer(q.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
@@ -107,7 +107,7 @@ def test_create_with_queue_refusals(lenet5, device, tmp_path_factory):
     with pytest.raises(LibraryError, match=r"\[-2\].*the device '.*' is not target 'h100'"):
         Network(h100.dir, queue=q)
     # a queue without profiling: runs, and profile() says why it has no times
-    with load(lenet5.dir, queue=q) as net:
+    with load(lenet5.dir, queue=q, profile=True) as net:
         net(_input(2))
         with pytest.raises(LibraryError, match=r"\[-7\].*without CL_QUEUE_PROFILING_ENABLE"):
             net.profile()
@@ -143,7 +143,7 @@ def test_run_buffers_refusals(lenet5, device):
 
 def test_run_async_then_wait(lenet5):
     xs = [_input(10 + i) for i in range(3)]
-    with load(lenet5.dir) as net:
+    with load(lenet5.dir, profile=True) as net:
         want = [net(x) for x in xs]
         with pytest.raises(LibraryError, match=r"\[-7\].*wait: no run in flight; call "
                                                r"run_async or run_buffers first"):

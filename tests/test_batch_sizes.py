@@ -251,7 +251,7 @@ def test_n_out_of_range_and_wrong_counts_are_error_codes(lenet5):
 
 
 def test_profile_holds_every_size_nan_until_it_ran(lenet5):
-    with load(lenet5.outdir) as lib:
+    with load(lenet5.outdir, profile=True) as lib:
         x, _ = _reference("lenet5", 3)
         lib(x)                                            # size 8 runs 3 samples
         prof = lib.profile()

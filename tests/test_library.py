@@ -79,7 +79,7 @@ def test_emitted_files(small):
 def test_library_matches_reference(small):
     src, res = small
     net, flat, x, refs = _reference(src)
-    with load(res.outdir) as lib:
+    with load(res.outdir, profile=True) as lib:
         lib.set_params(flat)
         outs = lib(x)
         assert [o.shape for o in outs] == [r.shape for r in refs]
@@ -191,7 +191,7 @@ def test_static_library_in_a_c_program(small, tmp_path):
 
 def test_c_errors_name_what_went_wrong(small, tmp_path):
     _, res = small
-    lib = load(res.outdir, params=False)
+    lib = load(res.outdir, params=False, profile=True)
     x = np.ones(lib.input_shape, np.float32)
     with pytest.raises(LibraryError, match=r"\[-7\].*parameters are not set"):
         lib(x)

@@ -8,8 +8,8 @@ takes beyond their sum, less the copies, is the time between kernels: the host's
 the device's hand-over from one kernel to the next. This measures it with a chain of
 `--launches` small kernels, each reading what the one before wrote (one work-group of 64
 work-items), on an in-order queue, timed from the first enqueue to clFinish, with profiling off
-(what an application gets with options.profile = 0) and on (the library's default), against
-the kernels' own profiled time:
+(what an application gets by default, options.profile = 0) and on (options.profile = 1),
+against the kernels' own profiled time:
 
     gap = (wall - sum of kernel times) / launches
 

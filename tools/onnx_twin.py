@@ -49,7 +49,7 @@ def interleaved(dirs, rounds=20, per_round=10):
     import time
     import numpy as np
     from aotconv.runtime import load
-    nets = [load(d) for d in dirs]
+    nets = [load(d, profile=True) for d in dirs]     # the kernels' times: profile()
     try:
         for net in nets:
             xin, _ = net.host_buffers()

@@ -69,7 +69,7 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
     flat = params_mod.random_params(net0, seed=opts.seed)
     x = np.random.default_rng(opts.seed + 1).standard_normal(net0.input_shape).astype(np.float32)
     try:
-        with load(outdir) as lib:
+        with load(outdir, profile=True) as lib:      # the kernels column: profile()
             lib.set_params(flat)
             y = lib(x)
             t1 = time.perf_counter()
@@ -86,7 +86,7 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
             row["ours"].update(run_ms=float(np.median(walls)), kernels_ms=float(np.median(sums)),
                                run_times=rounded(walls), launches=len(lib.kernel_names))
             row["ours"].update(pinned_run(lib, x, y, warmup, repeats))
-        # what an application that turns profiling off gets (options.profile = 0): a queue
+        # what an application gets by default (options.profile = 0, or opts NULL): a queue
         # without CL_QUEUE_PROFILING_ENABLE, whose kernels record no timestamps
         with load(outdir, profile=False) as lib:
             lib.set_params(flat)

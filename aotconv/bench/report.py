@@ -418,8 +418,11 @@ def markdown(doc):
         L += ["## End to end (the emitted C library)", "",
               f"`run()` is the library's wall time per call (input upload, every kernel, output "
               f"download), median of up to {doc.get('repeats')}; kernels is the sum of its per-kernel "
-              f"profile. {ref_label} eager runs a torch model built from the same net.yaml with "
-              f"the same weights (aotconv.torch_model); outputs are compared before timing.", "",
+              f"profile. run() and run() from pinned buffers are timed on the handle made with "
+              f"profiling on for it (options.profile = 1); 'the same, profiling off' on a second "
+              f"handle with the library's default (off). {ref_label} eager runs a torch model "
+              f"built from the same net.yaml with the same weights (aotconv.torch_model); "
+              f"outputs are compared before timing.", "",
               *_precision_paragraph(doc["e2e"], ref_label),
               e2e_table(doc["e2e"], ref_label), ""]
     if doc.get("notes"):

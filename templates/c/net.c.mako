@@ -133,7 +133,8 @@ struct aotconv_${name} { aotrt_net rt; };
 
 static aotrt_options options_of(const aotconv_${name}_options *opts)
 {
-    aotrt_options o = {-1, -1, 0, 1, 0, 0, 0, 0};
+    /* profiling off unless asked for: a profiling queue costs every launch (docs/c-api.md) */
+    aotrt_options o = {-1, -1, 0, 0, 0, 0, 0, 0};
     if (opts) {
         o.platform_index = opts->platform_index;
         o.device_index = opts->device_index;

@@ -115,7 +115,8 @@ typedef struct {
     int device_index;         /* -1: any */
     const char *device_name;  /* substring of "vendor platform device" to match, or NULL; the
                                  environment variable AOTCONV_DEVICE does the same */
-    int profile;              /* 1: keep per-kernel times for profile() (default when opts NULL) */
+    int profile;              /* 1: keep per-kernel times for profile(); 0 (and opts NULL):
+                                 off, a queue without profiling, profile() is ERR_STATE */
     int source_only;          /* 1: compile the embedded source even where a binary is embedded */
     long stage_bytes;         /* run()'s staging chunk in bytes: 0 the default (4 MiB), < 0 off */
     int stage_threads;        /* threads copying run()'s staged chunks: 0 the default (one per
@@ -137,8 +138,9 @@ AOTCONV_${NAME}_API int aotconv_${name}_create(aotconv_${name} **out, const aotc
 /* On the application's OpenCL objects: `queue` must be an in-order queue of `context` on
  * `device`, and the device the target's (or options.device_name / AOTCONV_DEVICE's). The
  * handle retains all three and releases them in destroy; the application keeps its own
- * references and may release them at any time. Profiling needs a queue made with
- * CL_QUEUE_PROFILING_ENABLE; options.platform_index and device_index are not used. */
+ * references and may release them at any time. Profiling needs options.profile = 1 and a
+ * queue made with CL_QUEUE_PROFILING_ENABLE; options.platform_index and device_index are not
+ * used. */
 AOTCONV_${NAME}_API int aotconv_${name}_create_with_queue(aotconv_${name} **out, cl_context context,
                   cl_device_id device, cl_command_queue queue, const aotconv_${name}_options *opts);
 AOTCONV_${NAME}_API int aotconv_${name}_set_params(aotconv_${name} *net, const float *params, size_t count);
@@ -191,7 +193,9 @@ AOTCONV_${NAME}_API size_t aotconv_${name}_batch_sizes(const size_t **sizes);
 /* Block until the last run_async / run_buffers has ended (ERR_STATE when none is in flight). */
 AOTCONV_${NAME}_API int aotconv_${name}_wait(aotconv_${name} *net);
 /* Per-kernel times in ms, n = KERNEL_COUNT entries: every size's kernels (KERNEL_COUNTS of them,
- * in BATCH_SIZES order) from that size's last completed run; NaN for a size not run yet. */
+ * in BATCH_SIZES order) from that size's last completed run; NaN for a size not run yet. Only
+ * on a handle created with options.profile = 1 (profiling is off by default): ERR_STATE
+ * otherwise. */
 AOTCONV_${NAME}_API int aotconv_${name}_profile(aotconv_${name} *net, double *layer_ms, size_t n);
 /* Pinned (page-locked) host memory for one input (INPUT_COUNT floats) and one output
  * (OUTPUT_COUNT floats), owned by the handle: allocated on the first call, the same pointers

@@ -202,7 +202,9 @@ static void application_queue(const char *params, const float *x, const float *w
            FN(create_with_queue)(&net, ctx, dev, q, &nodev), E_DEV, NULL, "no-such-device-xyz");
     result(net == NULL, "a failed create_with_queue leaves *out NULL", "not NULL");
 
-    expect("create_with_queue", FN(create_with_queue)(&net, ctx, dev, q, NULL), OK, net, NULL);
+    /* a profiling queue with options.profile = 1: profile() gives the times */
+    options_t prof = {-1, -1, NULL, 1, 0, 0};
+    expect("create_with_queue", FN(create_with_queue)(&net, ctx, dev, q, &prof), OK, net, NULL);
     if (!net)
         goto done;
     cl_mem in = clCreateBuffer(ctx, CL_MEM_READ_WRITE, NIN * sizeof(float), NULL, &err);
@@ -261,12 +263,13 @@ static void application_queue(const char *params, const float *x, const float *w
 
     /* a queue without profiling: profile() says so */
     expect("create_with_queue, a queue without profiling",
-           FN(create_with_queue)(&net, ctx, dev, q_plain, NULL), OK, net, NULL);
+           FN(create_with_queue)(&net, ctx, dev, q_plain, &prof), OK, net, NULL);
     if (net) {
         expect("  set_params", FN(set_params)(net, NULL, 0), E_ARG, net, NULL);
         expect("  load_params", FN(load_params)(net, params), OK, net, NULL);
         expect("  run", FN(run)(net, x, NIN, y, NOUT), OK, net, NULL);
-        expect("  profile without profiling", FN(profile)(net, ms, NKER), E_STATE, net, NULL);
+        expect("  profile without profiling", FN(profile)(net, ms, NKER), E_STATE, net,
+               "CL_QUEUE_PROFILING_ENABLE");
         /* released by the application while the handle lives */
         clReleaseCommandQueue(q_plain);
         q_plain = NULL;
@@ -776,7 +779,7 @@ int main(int argc, char **argv)
         expect("second handle: run", FN(run)(net2, x, NIN, y2, NOUT), OK, net2, NULL);
         result(memcmp(y, y2, NOUT * sizeof *y) == 0, "second handle: same output", "differ");
         expect("second handle: profile with profiling off", FN(profile)(net2, ms, NKER), E_STATE,
-               net2, NULL);
+               net2, "options.profile = 1");
         expect("second handle: run_async, then destroy without wait",
                FN(run_async)(net2, x, NIN, y2, NOUT), OK, net2, NULL);
         FN(destroy)(net2);
