@@ -192,7 +192,7 @@ def choose(net, ctx, *, only=None, **options):
         for l in g:
             out[l.name] = c
     if borrowed:
-        _warn_borrowed(ctx, borrowed, len(layers))
+        _warn_borrowed(ctx, borrowed, len(layers), _tune_command(net, ctx))
     if untuned:
         why = ("no matching OpenCL device is present" if not ctx.present else
                "the device is present but records were asked for" if ctx.mode == "records" else
@@ -200,8 +200,7 @@ def choose(net, ctx, *, only=None, **options):
         name = ctx.profile.name
         msg = (f"target '{name}': {why}; {len(untuned)} of {len(layers)} layers have no "
                f"tuning record and use their untuned fallback: {', '.join(untuned)}. Tune them "
-               f"with `aotconv tune NET --target {name}` on that device, or pass "
-               f"--tuning-db FILE.")
+               f"with `{_tune_command(net, ctx)}` on that device, or pass --tuning-db FILE.")
         if ctx.require_tuned:
             raise AotconvError(msg.replace("use their untuned fallback",
                                            "--require-tuned refuses the untuned fallback"))
@@ -209,7 +208,15 @@ def choose(net, ctx, *, only=None, **options):
     return {l.name: out[l.name] for l in layers}
 
 
-def _warn_borrowed(ctx, borrowed, total):
+def _tune_command(net, ctx):
+    """The `aotconv tune` command that records what this build looks up: at its batch size and
+    precision (tune measures the layout conversions and fusions a build adds too)."""
+    precision = f" --precision {ctx.precision}" if ctx.precision != "fp32" else ""
+    return (f"aotconv tune NET --target {ctx.profile.name} --batch {net.input_shape[0]}"
+            f"{precision}")
+
+
+def _warn_borrowed(ctx, borrowed, total, command):
     """The build's line for layers that run a twin signature's recorded point
     (tune.records.borrow): which, from which epilogue, and that its time is not theirs.
     --require-tuned accepts them (docs/tuning.md, Borrowed records)."""
@@ -221,7 +228,7 @@ def _warn_borrowed(ctx, borrowed, total):
     ctx.progress.warn(
         f"target '{name}': {k} of {total} layers have no tuning record of their own and run "
         f"the point recorded for the same shapes with another epilogue, not timed at theirs: "
-        f"{each}. Tune them with `aotconv tune NET --target {name}` to time their own.")
+        f"{each}. Tune them with `{command}` to time their own.")
 
 
 def space_report(layer, target, exact=False):

@@ -82,7 +82,8 @@ def check_args(a):
         for p in [dbs] if isinstance(dbs, str) else dbs:
             check_tuning_db(p)
     if getattr(a, "command", None) == "tune" and getattr(a, "layer", None):
-        _check_layers(a.net, a.batch, a.layer)
+        from .tune.cli import check_layer_names       # network layers and conversions
+        check_layer_names(a)
 
 
 def add_farm_options(p):
@@ -117,19 +118,6 @@ def check_farm(a):
         os.environ["AOTCONV_RAY"] = ray
         if workers is not None:
             os.environ["AOTCONV_RAY_WORKERS"] = str(workers)
-
-
-def _check_layers(source, batch, names):
-    """`tune --layer NAME`: every name must be a layer of the network as it is tuned (after
-    the fusion passes)."""
-    from .passes import optimise
-    from .spec import load_network
-    net = optimise(load_network(source, batch=batch))
-    known = [l.name for l in net.layers]
-    for n in names:
-        if n not in known:
-            raise AotconvError(f"--layer {n}: network '{net.name}' has no layer '{n}' (after "
-                               f"fusion); its layers are: {', '.join(known)}")
 
 
 def check_weights(a):

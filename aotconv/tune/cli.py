@@ -97,37 +97,185 @@ def cmd_space(args, load=None):
 
 
 def cmd_tune(args, load=None):
+    """Tune the network's layers, then what a build of those choices measures after them (the
+    pool and residual-add fusion searches, the layout plan's conversions and the layout_convert
+    layers it inserts: an fp16 build's casts at the input and the outputs among them), so that a
+    build from the records finds every kernel it runs. With --layer: those layers, network
+    layers or the conversions a build from the records inserts."""
     from ..choose import choose
+    from ..context import BuildContext
     from ..targets import get_target, find_device
     net = _load(load, args.net, args.batch)
     target = get_target(args.target)
     if find_device(target) is None and not os.environ.get("AOTCONV_RAY"):   # --ray: a farm's
         raise AotconvError(f"target '{target.name}': no matching OpenCL device is present; "
                            f"tuning runs on the device itself")
-    if args.layer:
-        for n in args.layer:
-            net.layer(n)
     precision = getattr(args, "precision", None) or "fp32"
+    net = _stored(net, precision)
     if precision != "fp32":                             # fp16: its layers store half
-        from ..context import with_precision
-        from ..ops import is_alias
-        from ..precision import check_storage, stored
-        net = stored(net, precision)
-        check_storage([l for l in net.layers if not is_alias(l)
-                       and (not args.layer or l.name in args.layer)],
-                      with_precision(target, precision))
-    choices = choose(net, target, mode="tune", budget=args.budget, strategy=args.strategy,
-                     tuning_db=args.tuning_db, quiet=args.quiet, json_progress=args.json,
-                     jobs=args.jobs, seed=args.seed, only=args.layer,
-                     where=getattr(args, "where", None),
-                     precision=precision)
+        _check_storage(net, target, precision, args.layer)
+    with BuildContext.make(target, mode="tune", budget=args.budget, strategy=args.strategy,
+                           tuning_db=args.tuning_db, quiet=args.quiet,
+                           json_progress=args.json, jobs=args.jobs, seed=args.seed,
+                           where=getattr(args, "where", None), precision=precision) as ctx:
+        own, converts = _named_layers(net, ctx, args.layer)
+        rows = {}
+        choices = choose(net, ctx, only=own) if own is None or own else {}
+        rows.update((n, (net.layer(n), c)) for n, c in choices.items())
+        if own is None:
+            rows.update(_after_network(net, choices, ctx, args.quiet, set(rows)))
+        elif converts:
+            rows.update(_search(_conversions_net(net, converts), ctx, args.quiet,
+                                set(rows))[1])
     if args.json:
         print(json.dumps({"event": "summary", "target": target.name,
-                          "layers": {n: summary_row(net.layer(n), c, target)
-                                     for n, c in choices.items()}}, default=str))
+                          "layers": {n: summary_row(l, c, target)
+                                     for n, (l, c) in rows.items()}}, default=str))
     else:
-        print(summary_table(net, choices, target))
+        print(summary_table(rows, target))
     return 0
+
+
+def _stored(net, precision):
+    """`net` as a build of `precision` stores it (fp16: its layers store half)."""
+    if precision == "fp32":
+        return net
+    from ..precision import stored
+    return stored(net, precision)
+
+
+def _check_storage(net, target, precision, names=None):
+    """Before any work: every layer of `net` (those `names` only, where given) is served by a
+    variant that stores what `precision` stores (precision.check_storage's one-line error)."""
+    from ..context import with_precision
+    from ..ops import is_alias
+    from ..precision import check_storage
+    check_storage([l for l in net.layers if not is_alias(l) and (not names or l.name in names)],
+                  with_precision(target, precision))
+
+
+def check_layer_names(args, load=None):
+    """`tune --layer NAME`, before any work: every name must be a layer of the network as it is
+    tuned (after the fusion passes) or a layout conversion a build of it from the records
+    inserts (an fp16 build's `input_to_fp16`, ...); else a one-line error listing both."""
+    from ..context import BuildContext
+    from ..targets import get_target
+    precision = getattr(args, "precision", None) or "fp32"
+    net = _stored(_load(load, args.net, args.batch), precision)
+    known = {l.name for l in net.layers}
+    if all(n in known for n in args.layer):
+        return
+    if precision != "fp32":              # the conversions follow from every layer's choice
+        _check_storage(net, get_target(args.target), precision)
+    with BuildContext.make(args.target, mode="records", tuning_db=args.tuning_db, quiet=True,
+                           precision=precision) as ctx:
+        _named_layers(net, ctx, args.layer)
+
+
+def _named_layers(net, ctx, names):
+    """(network layers to tune, [conversion layers to tune]) for --layer `names`: (None, [])
+    when there are none (the whole network, and what a build measures after it)."""
+    if not names:
+        return None, []
+    known = [l.name for l in net.layers]
+    rest = [n for n in names if n not in known]
+    converts = recorded_conversions(net, ctx) if rest else []
+    by_name = {l.name: l for l in converts}
+    for n in rest:
+        if n not in by_name:
+            also = (f"; the layout conversions a build inserts: "
+                    f"{', '.join(by_name)}" if by_name else
+                    "; a build of it inserts no layout conversion")
+            raise AotconvError(f"--layer {n}: network '{net.name}' has no layer '{n}' (after "
+                               f"fusion); its layers are: {', '.join(known)}{also}")
+    return [n for n in names if n in known], [by_name[n] for n in dict.fromkeys(rest)]
+
+
+def recorded_conversions(net, ctx):
+    """The layout_convert layers a build of `net` (stored as it builds it) inserts with the
+    choices the records of BuildContext `ctx` give (each layer's fastest recorded point, its
+    fallback where none), before fusion and the layout plan: what `--layer` may name. Nothing
+    is measured."""
+    from ..choose import Choice
+    from ..layouts import insert_conversions
+    from ..ops import is_alias
+    from .search import records_only, unique_layers
+    groups = unique_layers([l for l in net.layers if not is_alias(l)])
+    found = records_only(groups, ctx.target, ctx.store, ctx.device, borrow=True)
+    choices = {}
+    for g in groups:
+        r = found[g[0].signature_str()]
+        cand = r.best or r.fallback
+        choices.update((l.name, Choice(cand.variant, cand.cfg)) for l in g)
+    return insert_conversions(net, choices)[1]
+
+
+def _after_network(net, choices, ctx, quiet, taken):
+    """{row: (layer, Choice)} of what a build measures after the network's search, as the
+    build does it (compiler._schedule): the pools and residual adds fused into their conv,
+    where worth measuring; the layout plan (the conversions it prices are measured through
+    choose); the layout_convert layers the plan's choices need. Each search shares the
+    context's budget (a time budget's one clock, each measuring nothing where it has no room
+    left, as in a build; a trial budget as a build's later searches take it). A fused layer's
+    row is named after it and what it took in (`c1+s2`)."""
+    from .. import fusion, layouts
+    rows = {}
+
+    def choose_only(n, only):
+        got, more = _search(n, ctx, quiet, taken | set(rows), only)
+        rows.update(more)
+        return got
+
+    net, choices, _ = fusion.apply(net, choices, ctx.profile, "measure", ctx.mode, choose_only)
+    net, choices, _ = fusion.apply_residual(net, choices, ctx.profile, "measure", ctx.mode,
+                                            choose_only)
+    choices, _ = layouts.plan_network(net, choices, ctx)
+    _, new = layouts.insert_conversions(net, choices)
+    if new:
+        rows.update(_search(_conversions_net(net, new), ctx, quiet, taken | set(rows))[1])
+    return rows
+
+
+def _conversions_net(net, layers):
+    """A Network of the conversion `layers` alone, to choose them as the build does."""
+    from ..graph import Network
+    return Network(net.name, net.input_shape, layers, [layers[-1].name])
+
+
+def _search(net, ctx, quiet, taken, only=None):
+    """({layer: Choice}, {row: (layer, Choice)}) of the layers `only` (default all) of `net`
+    chosen with `ctx`; nothing where a time budget has no room left for them after the
+    searches before. A row is the layer's name, or where that is `taken` the name and what was
+    fused into it."""
+    from ..choose import choose
+    only = [l.name for l in net.layers] if only is None else list(only)
+    if not _time_for(ctx, net, only, quiet):
+        return {}, {}
+    got, rows = choose(net, ctx, only=only), {}
+    for n, c in got.items():
+        l = net.layer(n)
+        rows[n if n not in taken else "+".join([n, *l.fused])] = (l, c)
+    return got, rows
+
+
+def _time_for(ctx, net, only, quiet):
+    """Whether a search of the layers `only` of `net` after the first one fits in what a time
+    budget has left (each unique layer measured once at least), as a build judges it
+    (compiler._time_for); when it does not, says so on stderr (unless quiet)."""
+    from .search import Clock, unique_layers
+    clock = ctx.budget
+    if not isinstance(clock, Clock) or not ctx.tuning or not clock.searches:
+        return True
+    layers = [l for l in net.layers if l.name in only]
+    unique = [g[0] for g in unique_layers(layers)]
+    if clock.affords(unique):
+        return True
+    if not quiet:
+        k, what = len(unique), "/".join(sorted({l.op for l in layers}))
+        print(f"aotconv: budget {clock.budget}: no time left to measure {k} {what} "
+              f"layer{'s' if k != 1 else ''} after the network's search: not measured "
+              f"({', '.join(only)})", file=sys.stderr, flush=True)
+    return False
 
 
 def summary_row(layer, c, target):
@@ -141,11 +289,12 @@ def summary_row(layer, c, target):
             "speedup": c.speedup}
 
 
-def summary_table(net, choices, target):
+def summary_table(rows_in, target):
+    """The table `aotconv tune` prints: one row per {name: (layer, Choice)}."""
     rows = [("layer", "op", "variant", "parameters", "ms", "GFLOP/s", "%peak",
              "tried", "pruned", "failed", "wrong", "vs fallback")]
-    for name, c in choices.items():
-        r = summary_row(net.layer(name), c, target)
+    for name, (layer, c) in rows_in.items():
+        r = summary_row(layer, c, target)
         rows.append((name, r["op"], c.variant, str(c.cfg),
                      f"{c.time_ms:.4g}" if c.time_ms else "-",
                      f"{r['gflops']:.1f}" if r["gflops"] else "-",
