@@ -23,6 +23,7 @@ NCHW, NHWC or CHWN); the network's input and outputs are NCHW, and so are flatte
 """
 from dataclasses import dataclass, field
 import copy
+import math
 
 from .graph import Layer, count
 from .ops import is_alias
@@ -150,19 +151,22 @@ class ConvertCosts:
         self.target = target
         self.measured = dict(measured or {})       # (shape, src, dst) -> ms
         self.source = {}                            # (shape, src, dst) -> "measured"|"estimate"
+        self.unrecorded = set()                     # keys priced as not to be planned
 
     def __call__(self, shape, src, dst):
         if same_storage(shape, src, dst):
             return 0.0
         key = (tuple(shape), src, dst)
         if key in self.measured:
-            self.source[key] = "measured"
+            self.source[key] = "no record" if key in self.unrecorded else "measured"
             return self.measured[key]
         self.source[key] = "estimate"
         return estimate_convert_ms(shape, self.target)
 
-    def prepare(self, keys, choose_fn):
-        """Measure the conversions `keys` [(shape, src, dst)] with `choose_fn(net, only)`."""
+    def prepare(self, keys, choose_fn, unrecorded=None):
+        """Measure the conversions `keys` [(shape, src, dst)] with `choose_fn(net, only)`.
+        `unrecorded`: the cost of a conversion that got no time (no record, in a build from
+        records) instead of the roofline estimate (plan_network: math.inf, not to be planned)."""
         from .graph import Network
         keys = [k for k in dict.fromkeys(keys) if k not in self.measured
                 and not same_storage(*k)]
@@ -178,6 +182,9 @@ class ConvertCosts:
             c = got.get(l.name)
             if c is not None and c.time_ms is not None:
                 self.measured[k] = c.time_ms
+            elif unrecorded is not None:
+                self.measured[k] = unrecorded
+                self.unrecorded.add(k)
 
 
 # -- options and the plan ----------------------------------------------------------------------
@@ -347,26 +354,51 @@ def needed_conversions(net, choices):
     return keys
 
 
+# A build from records with --require-tuned plans again at most this many times, each time
+# pricing the conversions its plan needs that have no record as not to be planned
+STRICT_REPLANS = 4
+
+
 def plan_network(net, choices, ctx, measure_conversions=True):
     """The layouts of `net` after choose: (choices, LayoutPlan), with the BuildContext `ctx`.
     The conversions the plan needs are chosen like any layer (measured when tuning) unless
-    `measure_conversions` is false (roofline estimates only)."""
+    `measure_conversions` is false (roofline estimates only).
+
+    A build from records that requires every kernel tuned (--require-tuned, no tuning) plans
+    only conversions that have a record: one with none is priced as never to be planned
+    (math.inf) rather than by its roofline estimate, so a layout change is kept only where
+    the records time the conversions it needs; the layers then keep a layout the records can
+    serve. (Planned on an estimate, the build would stop at a conversion the records lack.)"""
     from .choose import choose
     opts = layout_options(net, choices, ctx)
     cost = ConvertCosts(ctx.profile)
-    choose_fn = (lambda n, only: choose(n, ctx, only=only)) if measure_conversions else None
+    strict = ctx.require_tuned and not ctx.tuning
+    if strict:
+        from dataclasses import replace
+        from .tune.progress import Progress
+        # looked up, not required: a missing record is priced below, not an error here
+        look = replace(ctx, require_tuned=False, progress=Progress.make(quiet=True))
+        choose_fn = (lambda n, only: choose(n, look, only=only)) if measure_conversions else None
+    else:
+        choose_fn = (lambda n, only: choose(n, ctx, only=only)) if measure_conversions else None
     if not any(len(v) > 1 for v in opts.values()):
         return dict(choices), LayoutPlan()
     out, rep = plan(net, choices, opts, cost)
     if choose_fn is not None:
         # plan on estimates, then measure only the conversions that plan needs and plan again
         # (measuring every conversion a layer could need cost VGG-16 32 tunings for none used)
-        keys = needed_conversions(net, out)
-        if keys:
-            cost.prepare(keys, choose_fn)
+        for _ in range(STRICT_REPLANS if strict else 1):
+            keys = [k for k in needed_conversions(net, out) if k not in cost.measured]
+            if not keys:
+                break
+            cost.prepare(keys, choose_fn, unrecorded=math.inf if strict else None)
             out, rep = plan(net, choices, opts, cost)
-    rep.conversion_costs = {f"{'x'.join(map(str, s))} {a}->{b}": (round(cost(s, a, b), 6),
-                                                                    cost.source.get((s, a, b)))
-                            for (s, a, b) in sorted(cost.source)}
+    for f in ("independent_ms", "planned_ms"):
+        if not math.isfinite(getattr(rep, f) or 0.0):
+            setattr(rep, f, None)          # a plan through a conversion with no record
+    rep.conversion_costs = {
+        f"{'x'.join(map(str, s))} {a}->{b}":
+            (round(c, 6) if math.isfinite(c := cost(s, a, b)) else None, cost.source.get((s, a, b)))
+        for (s, a, b) in sorted(cost.source)}
     return out, rep
 

@@ -221,6 +221,39 @@ def test_shipped_choices_unchanged(case):
                       + "\n  ".join(diff))
 
 
+def _covered(case):
+    """Every layer but the layout conversions has a record: what `--require-tuned` promises
+    to build from the shipped records alone."""
+    return all(l["source"] != "fallback" for l in case["layers"] if l["op"] != "layout_convert")
+
+
+def require_tuned_build(net, target, batch, precision="fp32"):
+    """The schedule of a records-only `--require-tuned` build, device hidden, before emit."""
+    from aotconv.compiler import compile_network
+    with records_only_build() as got, tempfile.TemporaryDirectory() as out:
+        with contextlib.redirect_stderr(open(os.devnull, "w")):
+            try:
+                compile_network(net, target=target, outdir=out, batch=batch, precision=precision,
+                                tune_mode="records", require_tuned=True, quiet=True)
+            except _Stop:
+                pass
+    return got["schedule"]
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=f"{c['network']}-{c['target']}-b{c['batch']}",
+                 marks=() if _quick(c) else pytest.mark.slow)
+    for c in CASES if _covered(c)])
+def test_a_covered_network_builds_with_require_tuned(case):
+    """Where the records cover every layer, `aotconv build NET --target T --require-tuned`
+    builds without a device: the layout plan keeps to conversions the records time
+    (layouts.plan_network), so no conversion it inserts is left to an untuned fallback."""
+    sch = require_tuned_build(case["network"], case["target"], case["batch"])
+    untuned = [n for n, c in sch.choices.items() if c.source == "fallback"]
+    assert not untuned, untuned
+    assert sch.conversions == [n for n in sch.conversions if sch.choices[n].time_ms]
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         sys.exit(f"usage: python tests/test_shipped_choices.py --write   (regenerates {GOLDEN})")
