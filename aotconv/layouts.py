@@ -373,14 +373,13 @@ def plan_network(net, choices, ctx, measure_conversions=True):
     opts = layout_options(net, choices, ctx)
     cost = ConvertCosts(ctx.profile)
     strict = ctx.require_tuned and not ctx.tuning
+    look = ctx
     if strict:
         from dataclasses import replace
         from .tune.progress import Progress
         # looked up, not required: a missing record is priced below, not an error here
         look = replace(ctx, require_tuned=False, progress=Progress.make(quiet=True))
-        choose_fn = (lambda n, only: choose(n, look, only=only)) if measure_conversions else None
-    else:
-        choose_fn = (lambda n, only: choose(n, ctx, only=only)) if measure_conversions else None
+    choose_fn = (lambda n, only: choose(n, look, only=only)) if measure_conversions else None
     if not any(len(v) > 1 for v in opts.values()):
         return dict(choices), LayoutPlan()
     out, rep = plan(net, choices, opts, cost)

@@ -119,6 +119,20 @@ ACCUMULATORS_FIT = Constraint(
     "more than 128 FP32 accumulators per lane (4 per mma tile) spill",
     lambda l, c, t: 4 * _frags(c)[0] * _frags(c)[1] <= 128)
 
+def mma_knobs(bk, bk_what, unit):
+    """The knobs of the tensor-core GEMM variants (conv_mma, conv_mma_f16): the same tiles and
+    warps, a reduction step `bk` (values, what it holds) and local rows padded in `unit`s."""
+    return [Knob("BM", (64, 128, 32), "tile in M (output channels) per work-group"),
+            Knob("BN", (64, 128, 32), "tile in N (output pixels) per work-group"),
+            Knob("BK", bk, bk_what),
+            Knob("WM", (2, 1, 4), "warps along M"),
+            Knob("WN", (2, 1, 4), "warps along N"),
+            Knob("PAD", (8, 0), f"{unit} of padding per local row: 8 makes the fragment "
+                                "reads of a warp hit 32 different banks"),
+            Knob("DBUF", (1, 0), "double buffering: load step k+1 into registers while the "
+                                 "tensor cores multiply step k, one barrier per step")]
+
+
 class ConvMma(Variant):
     name = "conv_mma"
     ops = ("conv",)
@@ -159,15 +173,7 @@ class ConvMma(Variant):
 
     # -- space ----------------------------------------------------------------------------------
     def knobs(self, layer, target):
-        return [Knob("BM", (64, 128, 32), "tile in M (output channels) per work-group"),
-                Knob("BN", (64, 128, 32), "tile in N (output pixels) per work-group"),
-                Knob("BK", (16, 32, 8), "reduction step held in local memory"),
-                Knob("WM", (2, 1, 4), "warps along M"),
-                Knob("WN", (2, 1, 4), "warps along N"),
-                Knob("PAD", (8, 0), "floats of padding per local row: 8 makes the fragment "
-                                    "reads of a warp hit 32 different banks"),
-                Knob("DBUF", (1, 0), "double buffering: load step k+1 into registers while the "
-                                     "tensor cores multiply step k, one barrier per step")]
+        return mma_knobs((16, 32, 8), "reduction step held in local memory", "floats")
 
     def fallback(self, layer, target):
         return first_valid(self, layer, target, _FALLBACKS, lambda c: _work_groups(layer, c))

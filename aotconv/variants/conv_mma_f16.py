@@ -43,12 +43,13 @@ or the switch) and only to a layer an fp16 build stores in half.
 Domain: conv with groups 1, any kernel, stride, padding and dilation, NCHW in and out, a fused
 residual add; half storage.
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, ceil_div, \
+from .base import Variant, Constraint, Launch, In, Out, Param, Buffer, ceil_div, \
     pow2_at_least, round_up
 from .conv_common import conv_sizes, domain_reason, enough_work_groups
 from .conv_igemm import needs_bounds
 from .conv_mma import ACCUMULATORS_FIT, MIN_CC, M_TILE_NOT_OVERSIZED, N_TILE_NOT_OVERSIZED, \
-    WARP_TILES_WHOLE, _dims, _fallbacks, _frags, _wg, _work_groups, emulated, has_tensor_cores
+    WARP_TILES_WHOLE, _dims, _fallbacks, _frags, _wg, _work_groups, emulated, \
+    has_tensor_cores, mma_knobs
 from .limits import first_valid
 from .residual import with_residual
 
@@ -133,15 +134,7 @@ class ConvMmaF16(Variant):
 
     # -- space ----------------------------------------------------------------------------------
     def knobs(self, layer, target):
-        return [Knob("BM", (64, 128, 32), "tile in M (output channels) per work-group"),
-                Knob("BN", (64, 128, 32), "tile in N (output pixels) per work-group"),
-                Knob("BK", (32, 16, 64), "reduction step (halves) held in local memory"),
-                Knob("WM", (2, 1, 4), "warps along M"),
-                Knob("WN", (2, 1, 4), "warps along N"),
-                Knob("PAD", (8, 0), "words of padding per local row: 8 makes the fragment "
-                                    "reads of a warp hit 32 different banks"),
-                Knob("DBUF", (1, 0), "double buffering: load step k+1 into registers while the "
-                                     "tensor cores multiply step k, one barrier per step")]
+        return mma_knobs((32, 16, 64), "reduction step (halves) held in local memory", "words")
 
     def fallback(self, layer, target):
         return first_valid(self, layer, target, _FALLBACKS, lambda c: _work_groups(layer, c))
