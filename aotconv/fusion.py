@@ -7,21 +7,24 @@ passes.fusable_pools finds is fused in a copy of the network (passes.fuse_pool) 
 conv_pool layers get choices of their own (choose(..., only=[...]), tuned like any layer). A
 pair stays fused when the fused kernel's measured time is below the conv's plus the pool's:
 
-    policy "measure"  (the default) fuse where t(conv_pool) < t(conv) + t(pool), all three
-                      measured in this run or taken from records (the same device key);
+    policy "measure"  (the default) fuse where t(conv_pool) < t(conv) + t(pool) + gap, all
+                      three measured in this run or taken from records (the same device key);
                       where any of the three is unmeasured (fallback mode, no record, the
                       device absent and no records) the pair is left unfused
     policy "always"   fuse every pair (tests; a device whose records say so)
     policy "never"    fuse none
 
-Every pair's decision, its three times and the reason go to tuning.json and report.md.
+The times are the kernels' measured times with the target's launch gap counted
+(aotconv.launch_cost): `gap` for the launch the unfused pair has more, and for each of the
+three, the gaps of the launches its variant makes beyond one. Every pair's decision, its
+three times and the reason go to tuning.json and report.md.
 
 Residual adds (`apply_residual`): every add that passes.fusable_residuals pairs with a conv is
 fused in a copy of the network (passes.fuse_residual) and the fused convs get choices of their
 own, as above. Under policy "measure" a pair is fused
 
     where no variant takes the fused layer        never (the add stays a kernel of its own)
-    where all three times are measured            when t(fused) < t(conv) + t(add)
+    where all three times are measured            when t(fused) < t(conv) + t(add) + gap
     where they are not (fallback mode, no record) when the fused layer runs the conv's own
                                                   variant and configuration: the same kernel
                                                   with the add's read of the residual moved
@@ -34,6 +37,7 @@ from dataclasses import asdict, field, make_dataclass, replace
 
 from . import passes
 from .errors import AotconvError
+from .launch_cost import extra_ms, gap_ms
 from .variants import for_layer
 
 POLICIES = ("measure", "always", "never")
@@ -53,12 +57,41 @@ def _decision(name, partner, doc, *extra):
 Decision = _decision("Decision", "pool", "Whether a conv and the pool after it are fused.")
 
 
-def decide(pairs, choices, fused_choices, policy):
-    """[Decision] for each (conv, pool) pair given the unfused and the fused choices."""
+class Price:
+    """The times a fusion decision compares, launches counted (aotconv.launch_cost): a
+    choice's time plus the target's gap for each launch beyond its first, and `gap` for the
+    launch the unfused pair has more. Without a target, the times alone."""
+
+    def __init__(self, target=None, *nets):
+        self.target = target
+        self.gap = gap_ms(target) if target is not None else 0.0
+        self.layers = {}
+        for n in reversed(nets):
+            self.layers.update({l.name: l for l in n.layers})
+
+    def __call__(self, name, choice, fused=None):
+        t = getattr(choice, "time_ms", None)
+        if t is None or self.target is None:
+            return t
+        layer = (fused or self.layers).get(name)
+        return t + (extra_ms(choice.impl, layer, choice.cfg, self.target) if layer else 0.0)
+
+    def compare(self, t):
+        """(fused faster, why) for the priced times [conv, partner, fused]."""
+        ok = t[2] < t[0] + t[1] + self.gap
+        launch = f" + {self.gap:.4g} (a launch)" if self.gap else ""
+        return ok, (f"fused {'faster' if ok else 'slower'}: {t[2]:.4g} {'<' if ok else '>='} "
+                    f"{t[0]:.4g} + {t[1]:.4g}{launch} ms")
+
+
+def decide(pairs, choices, fused_choices, policy, price=None, fused_layers=None):
+    """[Decision] for each (conv, pool) pair given the unfused and the fused choices; `price`
+    (a Price) counts launches, `fused_layers` {conv: the fused layer} for its fused choice."""
+    price = price or Price()
     out = []
     for conv, pool in pairs:
         a, b, f = choices.get(conv), choices.get(pool), fused_choices.get(conv)
-        t = [getattr(x, "time_ms", None) for x in (a, b, f)]
+        t = [price(conv, a), price(pool, b), price(conv, f, fused_layers)]
         if policy == "always":
             ok, why = True, "fusion forced (fuse_pool=always)"
         elif policy == "never":
@@ -67,11 +100,10 @@ def decide(pairs, choices, fused_choices, policy):
             ok = False
             why = "not measured: " + ", ".join(n for n, x in zip(("conv", "pool", "fused"), t)
                                               if x is None)
-        elif t[2] < t[0] + t[1]:
-            ok, why = True, f"fused faster: {t[2]:.4g} < {t[0]:.4g} + {t[1]:.4g} ms"
         else:
-            ok, why = False, f"fused slower: {t[2]:.4g} >= {t[0]:.4g} + {t[1]:.4g} ms"
-        out.append(Decision(conv, pool, t[0], t[1], t[2], ok, why))
+            ok, why = price.compare(t)
+        out.append(Decision(conv, pool, *(getattr(x, "time_ms", None) for x in (a, b, f)),
+                            ok, why))
     return out
 
 
@@ -103,14 +135,15 @@ def apply(net, choices, target, policy="measure", mode="tune", choose_fn=None):
     pairs = passes.fusable_pools(net)
     if not pairs:
         return net, dict(choices), []
-    fused_choices = {}
+    fused_choices, all_fused = {}, None
     # in fallback mode nothing is measured, so "measure" could never fuse: skip the choosing
     if policy == "always" or (policy == "measure" and mode != "fallback"):
         worth = [c for c, p in pairs if policy == "always" or worth_measuring(choices, c, p)]
         if worth:
             all_fused = passes.fuse_pool(net, worth)
             fused_choices = choose_fn(all_fused, worth)
-    decisions = decide(pairs, choices, fused_choices, policy)
+    fused_layers = ({l.name: l for l in all_fused.layers} if fused_choices else None)
+    decisions = decide(pairs, choices, fused_choices, policy, Price(target, net), fused_layers)
     keep = [d.conv for d in decisions if d.fused]
     if not keep:
         return net, dict(choices), decisions
@@ -127,14 +160,17 @@ ResidualDecision = _decision(
     ("residual", str, field(default=None)))
 
 
-def decide_residual(pairs, choices, fused_choices, policy, declined=None):
+def decide_residual(pairs, choices, fused_choices, policy, declined=None, price=None,
+                    fused_layers=None):
     """[ResidualDecision] for each (conv, add, residual) given the unfused and the fused
-    choices; `declined` {conv: why} names the pairs no variant takes fused."""
+    choices; `declined` {conv: why} names the pairs no variant takes fused; `price` and
+    `fused_layers` as for decide."""
     declined = declined or {}
+    price = price or Price()
     out = []
     for conv, add, res in pairs:
         a, b, f = choices.get(conv), choices.get(add), fused_choices.get(conv)
-        t = [getattr(x, "time_ms", None) for x in (a, b, f)]
+        t = [price(conv, a), price(add, b), price(conv, f, fused_layers)]
         if conv in declined:
             ok, why = False, f"no variant takes the fused layer: {declined[conv]}"
         elif policy == "always":
@@ -142,9 +178,7 @@ def decide_residual(pairs, choices, fused_choices, policy, declined=None):
         elif policy == "never":
             ok, why = False, "fusion off (policy never)"
         elif None not in t:
-            ok = t[2] < t[0] + t[1]
-            why = (f"fused {'faster' if ok else 'slower'}: {t[2]:.4g} "
-                   f"{'<' if ok else '>='} {t[0]:.4g} + {t[1]:.4g} ms")
+            ok, why = price.compare(t)
         elif f is not None and a is not None and (f.variant, f.cfg) == (a.variant, a.cfg):
             ok, why = True, (f"not measured; the conv's own kernel ({a.variant} {a.cfg}) with "
                              f"the add in its epilogue: one kernel and one write and read of "
@@ -154,7 +188,8 @@ def decide_residual(pairs, choices, fused_choices, policy, declined=None):
             why = ("not measured, and the fused layer would run "
                    f"{f.variant if f else 'nothing'} where the conv runs "
                    f"{a.variant if a else 'nothing'}")
-        out.append(ResidualDecision(conv, add, res, t[0], t[1], t[2], ok, why))
+        out.append(ResidualDecision(conv, add, res,
+                                    *(getattr(x, "time_ms", None) for x in (a, b, f)), ok, why))
     return out
 
 
@@ -175,7 +210,7 @@ def _carried(fused_net, triples, takers, choices, fused_choices, target):
         if f is not None and (f.variant, f.cfg) == (a.variant, a.cfg):
             continue
         t = [getattr(x, "time_ms", None) for x in (a, choices.get(add), f)]
-        if None not in t and t[2] < t[0] + t[1]:
+        if None not in t and t[2] < t[0] + t[1] + gap_ms(target):
             continue            # the search's own fused kernel wins, measured
         v = BY_NAME[a.variant]
         # a variant that declines the fused layer would drop the residual, whatever its knobs
@@ -204,13 +239,15 @@ def apply_residual(net, choices, target, policy="measure", mode="tune", choose_f
                                                      if "conv" in v.ops)))
         else:
             takers.append(conv)
-    fused_choices = {}
+    fused_choices, fused_layers = {}, None
     if takers and policy != "never":
         all_fused = passes.fuse_residual(net, takers)
+        fused_layers = {l.name: l for l in all_fused.layers}
         fused_choices = choose_fn(all_fused, takers)
         fused_choices.update(_carried(all_fused, triples, takers, choices, fused_choices,
                                       target))
-    decisions = decide_residual(triples, choices, fused_choices, policy, declined)
+    decisions = decide_residual(triples, choices, fused_choices, policy, declined,
+                                Price(target, net), fused_layers)
     keep = [d.conv for d in decisions if d.fused]
     if not keep:
         return net, dict(choices), decisions

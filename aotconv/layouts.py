@@ -9,7 +9,8 @@ NCHW, NHWC or CHWN); the network's input and outputs are NCHW, and so are flatte
   just wrote, or shipped ones), and a cost for each conversion (measured by tuning the
   layout_convert kernel, or a roofline estimate); a dynamic programme over each chain of
   single-producer single-consumer layers, in topological order, minimises the kernels' time
-  plus the conversions'. Where chains meet (a layer with several inputs, a tensor with several
+  plus the conversions', each launch beyond a layer's first and each conversion counted with
+  the target's launch gap (aotconv.launch_cost). Where chains meet (a layer with several inputs, a tensor with several
   readers) it is greedy: a chain starts from the layouts already committed upstream and
   prices its tail against its readers' current picks. When two layouts are close, the one that
   avoids a conversion wins; when one is much faster, the conversion is paid.
@@ -26,6 +27,7 @@ import copy
 import math
 
 from .graph import Layer, count
+from .launch_cost import choice_ms, extra_ms, gap_ms
 from .ops import is_alias
 from .passes import consumers
 
@@ -212,10 +214,12 @@ def layout_options(net, choices, ctx):
         for cand, o in r.outcomes.items():
             if not o.ok or o.time_ms is None:
                 continue
-            lay = tuple(BY_NAME[cand.variant].layouts_of(l, cand.cfg))
-            if lay != mine and (lay not in best or o.time_ms < best[lay][0]):
-                best[lay] = (o.time_ms, cand)
-        for lay, (ms, cand) in sorted(best.items()):
+            impl = BY_NAME[cand.variant]
+            lay = tuple(impl.layouts_of(l, cand.cfg))
+            ms = o.time_ms + extra_ms(impl, l, cand.cfg, ctx.profile)   # launches priced
+            if lay != mine and (lay not in best or ms < best[lay][0]):
+                best[lay] = (ms, cand, o.time_ms)
+        for lay, (_, cand, ms) in sorted(best.items()):
             out[l.name].append(Choice(cand.variant, cand.cfg, ms, chosen.source, chosen.stats))
     return out
 
@@ -236,14 +240,31 @@ class LayoutPlan:
                                       for k, v in self.conversion_costs.items()})
 
 
-def _time(c):
+def _time(layer, c, target=None):
+    """A choice's time; with `target`, plus the gaps of its launches beyond the first."""
+    if target is not None:
+        return choice_ms(layer, c, target)
     return (c.time_ms or 0.0) if c is not None else 0.0
 
 
-def total_ms(net, choices, cost):
+def _priced(cost, target):
+    """`cost` with each conversion's launch gap added where `target` is given."""
+    if target is None:
+        return cost
+    gap = gap_ms(target)
+
+    def priced(shape, src, dst):
+        c = cost(shape, src, dst)
+        return c + gap if c else c
+    return priced
+
+
+def total_ms(net, choices, cost, target=None):
     """Kernel time of `choices` plus the conversions they imply (the cost model the plan
-    minimises, evaluated on a whole assignment)."""
+    minimises, evaluated on a whole assignment); with `target`, every launch beyond a layer's
+    first and every conversion also costs the target's launch gap (aotconv.launch_cost)."""
     write, total, seen = {t: NCHW for t in net.input_names}, 0.0, set()
+    cost = _priced(cost, target)
 
     def need(t, lay):
         nonlocal total
@@ -254,7 +275,7 @@ def total_ms(net, choices, cost):
         r, w = layouts_of(l, choices.get(l.name))
         for t in dict.fromkeys(l.inputs):
             need(t, r)
-        total += _time(choices.get(l.name))
+        total += _time(l, choices.get(l.name), target)
         write[l.name] = w
     for t in net.outputs:
         need(t, NCHW)
@@ -278,10 +299,13 @@ def chains(net):
     return out
 
 
-def plan(net, choices, opts, cost):
+def plan(net, choices, opts, cost, target=None):
     """(choices, LayoutPlan): per layer one of its `opts` {layer: [Choice]}, minimising kernel
     time plus conversion cost `cost(shape, src, dst)` (ms) by dynamic programming along each
-    chain (greedy where chains meet)."""
+    chain (greedy where chains meet). With `target`, each conversion and each launch beyond a
+    layer's first also costs the target's launch gap."""
+    raw = cost
+    cost = _priced(cost, target)
     users = consumers(net)
     by_name = {l.name: l for l in net.layers}
     cur = dict(choices)
@@ -311,7 +335,7 @@ def plan(net, choices, opts, cost):
                 else:
                     c, back = min((pc + conv(chain[i - 1].name, pw, r), j)
                                   for j, (pc, pw, _, _) in enumerate(table[-1]))
-                row.append((c + _time(o), w, o, back))
+                row.append((c + _time(l, o, target), w, o, back))
             table.append(row)
         last = chain[-1]
         j = min(range(len(table[-1])), key=lambda j: table[-1][j][0] + tail(last, table[-1][j][1]))
@@ -332,8 +356,8 @@ def plan(net, choices, opts, cost):
                 planned=dict(variant=cur[name].variant, config=str(cur[name].cfg),
                              layouts=list(layouts_of(l, cur[name])), ms=cur[name].time_ms)))
     if rep.alternatives:
-        rep.independent_ms = total_ms(net, choices, cost)
-        rep.planned_ms = total_ms(net, cur, cost)
+        rep.independent_ms = total_ms(net, choices, raw, target)
+        rep.planned_ms = total_ms(net, cur, raw, target)
     return cur, rep
 
 
@@ -382,7 +406,7 @@ def plan_network(net, choices, ctx, measure_conversions=True):
     choose_fn = (lambda n, only: choose(n, look, only=only)) if measure_conversions else None
     if not any(len(v) > 1 for v in opts.values()):
         return dict(choices), LayoutPlan()
-    out, rep = plan(net, choices, opts, cost)
+    out, rep = plan(net, choices, opts, cost, ctx.profile)
     if choose_fn is not None:
         # plan on estimates, then measure only the conversions that plan needs and plan again
         # (measuring every conversion a layer could need cost VGG-16 32 tunings for none used)
@@ -391,7 +415,7 @@ def plan_network(net, choices, ctx, measure_conversions=True):
             if not keys:
                 break
             cost.prepare(keys, choose_fn, unrecorded=math.inf if strict else None)
-            out, rep = plan(net, choices, opts, cost)
+            out, rep = plan(net, choices, opts, cost, ctx.profile)
     for f in ("independent_ms", "planned_ms"):
         if not math.isfinite(getattr(rep, f) or 0.0):
             setattr(rep, f, None)          # a plan through a conversion with no record

@@ -13,6 +13,11 @@ board's memory and, for the
 largest buffer, a quarter of it: the least an OpenCL 1.2 device may report
 (max(global / 4, 128 MiB)), so a build for an absent device never plans a buffer its driver
 could refuse. With the device present its own figures replace these (`with_limits`).
+
+The launch gap (`launch_gap_us`: what one more dependent kernel costs a run beyond its own
+time, which choices that change the number of launches count, aotconv.launch_cost) is measured
+by tools/launch_gap.py with profiling off: 3.4 us on the H100 with NVIDIA's OpenCL (driver
+580), 2.6 us for PoCL on the 2-core machine. The other profiles have none measured.
 """
 from dataclasses import dataclass, replace
 import re
@@ -44,6 +49,9 @@ class Target:
     global_mem_bytes: int = 0   # all buffers together (global memory, within the address width)
     compute_capability: tuple = ()   # NVIDIA (major, minor): the tensor cores it has
     precision: str = "fp32"     # what a build may compute in (aotconv.precision; context sets it)
+    launch_gap_us: float = 0.0  # between two dependent kernels of one queue beyond their own
+                                # time (tools/launch_gap.py, profiling off); 0: not measured
+                                # (aotconv.launch_cost.DEFAULT_GAP_US)
 
     def summary(self):
         mem = (f", buffers up to {self.max_alloc_bytes / 2**30:.1f} of "
@@ -57,11 +65,11 @@ TARGETS = {t.name: t for t in [
            66900.0, 3350.0, "NVIDIA H100 SXM, NVIDIA OpenCL",
            max_wg_dims=(1024, 1024, 64), local_mem_per_cu=228 * 1024, cache_bytes=50 << 20,
            max_alloc_bytes=21254373376, global_mem_bytes=85017493504,
-           compute_capability=(9, 0)),
+           compute_capability=(9, 0), launch_gap_us=3.4),
     Target("pocl-cpu", r"pocl|Portable Computing Language", r".*", "cpu", 4096, 2 * 1024 * 1024,
            2, 16, 0, 255, 1, 320.0, 20.0, "PoCL pthread CPU device",
            max_wg_dims=(4096, 4096, 4096), cache_bytes=32 << 20,
-           max_alloc_bytes=2 << 30, global_mem_bytes=4500126720),
+           max_alloc_bytes=2 << 30, global_mem_bytes=4500126720, launch_gap_us=2.6),
     Target("fury-x", r"Advanced Micro Devices|AMD", r"Fiji|Fury", "gpu", 256, 64 * 1024, 64, 64,
            65536, 255, 2, 8602.0, 512.0, "AMD Radeon R9 Fury X (Fiji)",
            max_wg_dims=(256, 256, 256), local_mem_per_cu=64 * 1024, cache_bytes=2 << 20,

@@ -52,6 +52,7 @@ import numpy as np
 from ..buildtime import phase
 from ..errors import AotconvError
 from ..space import layer_space, layer_spaces, Candidate, fallback_point
+from ..launch_cost import Pricer
 from .measure import Outcome
 from .records import Key
 from .strategies import Evaluator, run as run_strategy, parse as parse_strategy, DEFAULT
@@ -587,14 +588,17 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
             if progress is not None:
                 progress.trial(cand, o, outcomes)
 
+    price = Pricer(layer, variants, target)     # time + the gaps of launches beyond one
+
     def measure(indices):
         if lane is not None and lane.stop.is_set():
             raise Stopped()
         cands = [grid.points[i] for i in indices]
         state["at"], state["first"] = time.monotonic(), True
-        return [o.cost for o in measurer.measure(layer, cands, variants, on_outcome)]
+        return [price(c, o) for c, o in
+                zip(cands, measurer.measure(layer, cands, variants, on_outcome))]
 
-    known_costs = {grid.index[c]: o.cost for c, o in known.items() if c in grid.index}
+    known_costs = {grid.index[c]: price(c, o) for c, o in known.items() if c in grid.index}
     # every variant's fallback first: cheap, diverse starting points, so a small budget
     # never leaves a layer on a variant that another variant's default beats
     seeds = [fb] + [Candidate(p.variant.name, cfg) for p in space.parts
@@ -623,7 +627,7 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
             from .strategies import Exhausted
             if not isinstance(e, Exhausted):
                 raise
-    valid = [(o.cost, c) for c, o in outcomes.items() if o.ok]
+    valid = [(price(c, o), c) for c, o in outcomes.items() if o.ok]
     best = min(valid, key=lambda x: (x[0], str(x[1])))[1] if valid else None
     return LayerResult(layers, space, best, outcomes.get(best), outcomes, fb,
                        new=state["new"], trials=ev.trials, seconds=time.monotonic() - t0,
@@ -884,7 +888,8 @@ def records_only(groups, target, store, device=None, borrow=False):
         sp = checked_space(g[0], target, {n: list(r) for n, r in recs.items()})
         outcomes = {Candidate(p.variant.name, c): recs[p.variant.name][c]
                     for p in sp.parts for c in p.points}
-        valid = [(o.cost, c) for c, o in outcomes.items() if o.ok]
+        price = Pricer(g[0], {p.variant.name: p.variant for p in sp.parts}, target)
+        valid = [(price(c, o), c) for c, o in outcomes.items() if o.ok]
         best = min(valid, key=lambda x: (x[0], str(x[1])))[1] if valid else None
         lent = None
         if best is None and borrow:
