@@ -19,6 +19,7 @@ from .concat import ConcatDirect
 from .add import AddDirect
 from .batchnorm import BatchnormDirect
 from .conv_igemm import ConvIgemm
+from .conv_dw_nhwc import ConvDwNhwc
 from .conv_tiled import ConvTiled
 from .conv_1x1 import Conv1x1
 from .conv_im2col import ConvIm2col
@@ -48,6 +49,7 @@ VARIANTS = [
     AddDirect(),
     BatchnormDirect(),
     ConvIgemm(),
+    ConvDwNhwc(),               # depthwise in NHWC/CHWN: tuned, never the fallback
     ConvTiled(),
     Conv1x1(),
     ConvIm2col(),
