@@ -98,9 +98,11 @@ def test_half_kernels_store_half_and_compute_in_float():
         assert "vload_half" in src, name
         fp32 = v.render(layer_of(sig), cfg_from_json(cfg), "k")
         assert "vload_half" not in fp32 and "vstore_half" not in fp32, name
-    # but crop, conv_mma_f16: it serves half layers only (tests/test_conv_mma_f16.py), and
-    # conv_dw_nhwc, newer than the snapshot (its half kernels: tests/test_conv_dw_nhwc.py)
-    assert len({n for n, _ in seen}) >= sum(v.half_storage for v in VARIANTS) - 3
+    # but crop, the tensor-core variants: they serve half layers only
+    # (tests/test_conv_mma_f16.py, tests/test_conv_mma_f16_nhwc.py), and conv_dw_nhwc, newer
+    # than the snapshot (its half kernels: tests/test_conv_dw_nhwc.py)
+    assert len({n for n, _ in seen}) >= (sum(v.half_storage for v in VARIANTS) - 2
+                                         - len(precision.TENSOR_CORE_HALF))
 
 
 # -- the option, the spaces, the refusal --------------------------------------------------------
@@ -481,8 +483,9 @@ def test_half_variants_meet_the_half_tolerance(name, layers, shape, lname, fuse)
 
 
 def test_every_half_variant_has_a_case():
-    # conv_mma_f16 needs the tensor cores or AOTCONV_MMA_EMULATE: tests/test_conv_mma_f16.py
-    assert {c[0] for c in CASES} == {v.name for v in VARIANTS if v.half_storage} - {"conv_mma_f16"}
+    # the tensor-core variants need the tensor cores or AOTCONV_MMA_EMULATE: their own tests
+    assert {c[0] for c in CASES} == ({v.name for v in VARIANTS if v.half_storage}
+                                     - set(precision.TENSOR_CORE_HALF))
 
 
 @pytest.mark.parametrize("src,dst,s_in,s_out,tiled", [

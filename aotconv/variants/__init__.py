@@ -26,6 +26,7 @@ from .conv_im2col import ConvIm2col
 from .conv_winograd import ConvWinograd
 from .conv_mma import ConvMma
 from .conv_mma_f16 import ConvMmaF16
+from .conv_mma_f16_nhwc import ConvMmaF16Nhwc
 from .dense_gemv import DenseGemv
 from .dense_gemm import DenseGemm
 from .scale import ScaleDirect
@@ -56,6 +57,7 @@ VARIANTS = [
     ConvWinograd(),
     ConvMma(),                  # TF32 tensor cores: tf32 builds only (aotconv.precision)
     ConvMmaF16(),               # f16 tensor cores on half storage: fp16 builds only
+    ConvMmaF16Nhwc(),           # ... channels last (NHWC in and out)
     DenseGemv(),
     DenseGemm(),
     ScaleDirect(),

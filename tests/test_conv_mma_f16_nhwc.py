@@ -1,0 +1,554 @@
+"""conv_mma_f16_nhwc: the channels-last tensor-core convolution of --precision fp16 builds
+(mma.sync m16n8k16 .f16, FP32 accumulation, NHWC in and out, reduction (r, s, c)).
+
+Device-free: where it is offered (an fp16 build's half layers with C % 8 == 0 and groups 1, on
+a device with tensor cores or with AOTCONV_MMA_EMULATE), its layouts, the bank analysis of its
+local rows, its rendered loads and stores, the preprocessor giving NVIDIA's compiler the PTX
+bodies (mma, ldmatrix, cp.async) and every other compiler the emulation, and the whole kernel
+compiled to PTX by clang for nvptx and assembled by ptxas for sm_90 at points across the
+space (its register estimate against ptxas's count); the knobs' constraints.
+
+PoCL (the device tier, the mma, ldmatrix and cp.async emulated): 1x1 stride 1 and 2, 3x3 pad 1
+and stride 2, 7x7 stride 2, a dilated asymmetric kernel, tails in M, N and R*S*C, an odd K,
+bias or none, relu and tanh, a fused residual, at the fallback and at points with DBUF,
+CPASYNC 2 and 3, LDSM (B by .x4 and .x2) and PAD 0, against the float64 reference within the
+half tolerance and the half model within one half ulp; every finite half through an identity
+1x1 conv, exactly; an fp16 library that runs three of its convs in NHWC (one with the residual
+add fused in) between the layout conversions its build inserts, passing --check.
+
+On an NVIDIA GPU (marker gpu): the same layers through the inline PTX, printing every point's
+outcome and reporting the knob points the driver does not build.
+"""
+from dataclasses import replace
+import functools
+import re
+import shutil
+import subprocess
+import warnings
+import zlib
+
+import numpy as np
+import pytest
+
+from aotconv import harness, ops, protocol, reference
+from aotconv.context import with_precision
+from aotconv.errors import KernelBuildError
+from aotconv.graph import Layer
+from aotconv.precision import round_fp16
+from aotconv.space import fallback_point, layer_space, variant_space
+from aotconv.targets import TARGETS
+from aotconv.variants import BY_NAME
+from aotconv.variants.base import Config
+from aotconv.variants.conv_mma import EMULATE_ENV
+
+V = BY_NAME["conv_mma_f16_nhwc"]
+NCHW_F16 = BY_NAME["conv_mma_f16"]
+H100 = TARGETS["h100"]
+H16 = with_precision(H100, "fp16")
+POCL = TARGETS["pocl-cpu"]
+
+
+def conv(in_shape, storage="fp16", res=False, **raw):
+    """A conv layer as a build of `storage` holds it; `res`: with an add fused in (a second
+    input of the output's shape)."""
+    a = ops.normalise("conv", dict(raw))
+    if storage == "fp16":
+        a["storage"] = "fp16"
+    out, params = ops.infer("conv", a, [tuple(in_shape)])
+    layer = Layer("conv", "conv", a, ["input"], in_shapes=[tuple(in_shape)], out_shape=out,
+                  params=params)
+    if res:
+        layer.attrs = dict(layer.attrs, residual=True)
+        layer.inputs = ["input", "skip"]
+        layer.in_shapes = [tuple(in_shape), tuple(out)]
+    return layer
+
+
+RESNET_3X3 = dict(in_shape=(1, 128, 28, 28), out=128, kernel=3, pad=1, act="relu")
+
+
+def _part(layer, target):
+    return variant_space(layer, V, target, explain=False)
+
+
+def pick(layer, target, **want):
+    """The first point of the pruned space with the knob values `want`."""
+    for cfg in _part(layer, target).points:
+        if all(cfg[k] == v for k, v in want.items()):
+            return cfg
+    raise AssertionError(f"no point with {want} for {layer.in_shape} -> {layer.out_shape}")
+
+
+# -- where it is offered ------------------------------------------------------------------------
+
+def test_an_fp16_build_offers_it_for_c_multiple_of_8_and_no_other_build_does():
+    half, fp32 = conv(**RESNET_3X3), conv(storage="fp32", **RESNET_3X3)
+    some = [V, NCHW_F16, BY_NAME["conv_direct"]]
+    part = [p for p in layer_space(half, H16, variants=some).parts if p.variant is V]
+    assert part and part[0].points and fallback_point(half, V, H16) is not None
+    assert V.layouts_of(half, V.fallback(half, H16)) == ("NHWC", "NHWC")
+    for p in ("fp32", "tf32"):
+        t = with_precision(H100, p)
+        sp = layer_space(fp32, t, variants=some)
+        assert V.name not in [q.variant.name for q in sp.parts], p
+        assert dict(sp.unsupported)[V.name] == (
+            "conv_mma_f16_nhwc multiplies the half values a --precision fp16 build stores: "
+            "only a build of --precision fp16 runs it"), p
+        assert fallback_point(fp32, V, t) is None
+    # an RGB input (ResNet's conv1, C = 3) stays on the other variants, saying why
+    rgb = conv((1, 3, 32, 32), out=64, kernel=7, stride=2, pad=3)
+    assert V.supports(rgb) == ("conv_mma_f16_nhwc needs C % 8 == 0, not C = 3: it loads the "
+                               "input channels in 16-byte vectors of 8 halves")
+    sp = layer_space(rgb, H16, variants=some)
+    assert V.name in dict(sp.unsupported) and any(p.variant is NCHW_F16 and p.points
+                                                  for p in sp.parts)
+    assert V.supports(conv((1, 12, 8, 8), out=8, kernel=3)).startswith(
+        "conv_mma_f16_nhwc needs C % 8 == 0, not C = 12")
+    assert "conv_mma_f16_nhwc needs groups 1, not 2" in V.supports(
+        conv((1, 16, 5, 5), out=16, kernel=3, groups=2))
+    assert V.supports(conv((1, 24, 5, 5), out=8, kernel=3)) is None
+
+
+@pytest.mark.parametrize("name,cc", [("h100", (7, 5)), ("pocl-cpu", ())])
+def test_no_tensor_cores_no_switch_no_points(name, cc, monkeypatch):
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv(**RESNET_3X3)
+    t = replace(with_precision(TARGETS[name], "fp16"), compute_capability=cc)
+    part = _part(layer, t)
+    assert not part.points and part.first["tensor_cores"] == part.total, name
+    assert fallback_point(layer, V, t) is None
+    if name == "pocl-cpu":
+        monkeypatch.setenv(EMULATE_ENV, "1")
+        assert _part(layer, t).points
+
+
+def test_the_fallback_is_valid_on_every_resnet50_layer_it_takes(monkeypatch):
+    """Every conv of ResNet-50 (batch 1 and 32) with C % 8 == 0 gets a fallback point on the
+    h100, none with the knobs the H100 has not measured; conv1 (C = 3) gets none."""
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    from aotconv.precision import stored
+    from aotconv.spec import load_network
+    from aotconv.passes import optimise
+    for batch in (1, 32):
+        net = stored(optimise(load_network("resnet50", batch=batch)), "fp16")
+        convs = [l for l in net.layers if l.op == "conv"]
+        assert len(convs) > 50
+        for l in convs:
+            if l.in_shape[1] % 8:
+                assert "C % 8 == 0" in V.supports(l) and fallback_point(l, V, H16) is None
+                continue
+            cfg = fallback_point(l, V, H16)
+            assert cfg is not None, l.name
+            assert cfg["CPASYNC"] == 0 and cfg["LDSM"] == 0, (l.name, cfg)
+
+
+def test_constraints_name_what_they_prune():
+    layer = conv(**RESNET_3X3)
+    by = {c.name: c for c in V.constraints}
+    base = dict(BM=64, BN=64, BK=32, WM=2, WN=2, PAD=4, DBUF=0, CPASYNC=0, LDSM=0)
+    ok = lambda name, **kw: by[name].check(layer, Config.of(**dict(base, **kw)), H16)  # noqa
+    assert ok("one_pipeline", CPASYNC=3) and ok("one_pipeline", DBUF=1)
+    assert not ok("one_pipeline", CPASYNC=3, DBUF=1)
+    # 32 pixels x 2 uint4 (BK 16) is 64 vectors, not a whole round of 128 work-items
+    assert ok("a_load_covers_tile", BM=64, BK=16) and not ok("a_load_covers_tile", BM=32, BK=16)
+    assert not ok("b_load_covers_tile", BN=32, BK=16)
+    assert not ok("k_step_whole_mmas", BK=24)
+    # a 1x1 conv over 8 channels: R*S*C = 8, one 16-deep step; 3 cp.async stages hold nothing
+    small = conv((1, 8, 8, 8), out=16, kernel=1)
+    assert not by["k_tile_not_oversized"].check(small, Config.of(**dict(base, BK=32)), H16)
+    assert not by["stages_not_oversized"].check(small, Config.of(**dict(base, CPASYNC=3)), H16)
+    assert by["stages_not_oversized"].check(small, Config.of(**dict(base, CPASYNC=2)), H16)
+
+
+def _fragment_banks(ld, words):
+    """The banks the 32 lanes of a warp read for each fragment register: lane (g, t) reads
+    word column t (+4) of rows g (+8) of a local tile of rows `ld` words apart (4-byte banks,
+    32 of them); `words`: the ldmatrix phases (8 rows of 4 words) instead."""
+    if words:
+        return [[(r * ld + w) % 32 for r in range(8) for w in range(4)]]
+    return [[((g + dr) * ld + t + dc) % 32 for g in range(8) for t in range(4)]
+            for dr in (0, 8) for dc in (0, 4)]
+
+
+@pytest.mark.parametrize("bk", [16, 32, 64])
+def test_pad_4_makes_every_fragment_read_conflict_free(bk):
+    """The bank analysis of the template's comment: with PAD = 4 a local row is 4 (mod 8) words
+    long and every fragment read of a warp (and every 8-row phase of ldmatrix) hits 32
+    different banks; without padding some lanes share a bank."""
+    layer = conv(**RESNET_3X3)
+    for pad, free in ((4, True), (0, False)):
+        cfg = Config.of(BM=64, BN=64, BK=bk, WM=2, WN=2, PAD=pad, DBUF=0, CPASYNC=0, LDSM=0)
+        ld = V.template_params(layer, cfg)["LD"]
+        assert ld == bk // 2 + pad and ld % 4 == 0          # uint4 rows stay aligned
+        for phase in (False, True):
+            for banks in _fragment_banks(ld, phase):
+                assert (len(set(banks)) == 32) == free, (bk, pad, phase)
+
+
+def test_the_kernel_reads_uint4_and_stores_half2_in_nhwc(monkeypatch):
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv((2, 16, 8, 8), res=True, out=32, kernel=3, pad=1, act="relu")
+    src = V.render(layer, V.fallback(layer, H16), "k")
+    assert "__global const uint4* restrict x" in src and "__global const uint4* restrict wp" in src
+    assert "__global const half* restrict res" in src and "__global half* restrict y" in src
+    assert "vload_half2(n / 2, bias)" in src and "vload_half2(i2, res)" in src
+    assert "vstore_half2_rte(" in src and "const int i2 = (m * K + n) / 2;" in src
+    assert "AOTCONV_MMA_EMULATE 1" not in src
+    # an odd K: channel by channel
+    layer = conv((1, 8, 7, 7), out=13, kernel=1)
+    src = V.render(layer, V.fallback(layer, H16), "k")
+    assert "vstore_half_rte(" in src and "vstore_half2" not in src
+    # the packed weights: whole BN x BK tiles of words, half the bytes of float tiles
+    cfg = Config.of(BM=64, BN=32, BK=32, WM=2, WN=1, PAD=4, DBUF=0, CPASYNC=0, LDSM=0)
+    assert V.buffers(layer, cfg) == {"wpack": 32 * 32 // 2}
+
+
+def _cpp(src, *defines):
+    return subprocess.run([shutil.which("cpp"), "-P", *defines], input=src,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_nvidia_s_compiler_gets_the_ptx_and_every_other_the_emulation(monkeypatch):
+    if shutil.which("cpp") is None:
+        pytest.skip("no C preprocessor (cpp) here")
+    layer = conv(**RESNET_3X3)
+    cfg = pick(layer, H16, CPASYNC=3, LDSM=1)
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    src = V.render(layer, cfg, "k")
+    nv = _cpp(src, "-Dcl_nv_compiler_options")
+    for ins in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "cp.async.cg.shared.global",
+                "cp.async.commit_group", "cp.async.wait_group 1"):
+        assert ins in nv, ins
+    assert "half_bits" not in nv and "lx[lane]" not in nv
+    other = _cpp(src)
+    assert "asm" not in other and "half_bits(wa_ & 0xffffu)" in other and "lx[lane]" in other
+    monkeypatch.setenv(EMULATE_ENV, "1")
+    assert "asm" not in _cpp(V.render(layer, cfg, "k"), "-Dcl_nv_compiler_options")
+
+
+# -- the PTX through clang (nvptx) and ptxas ---------------------------------------------------
+
+# Definitions of the OpenCL builtins the kernels call, for clang's nvptx target where no libclc
+# is installed (what they compute does not matter here: only that the kernel compiles)
+NVPTX_PRELUDE = r"""
+size_t __attribute__((overloadable)) get_local_id(uint d) { return d == 0 ? __nvvm_read_ptx_sreg_tid_x() : d == 1 ? __nvvm_read_ptx_sreg_tid_y() : __nvvm_read_ptx_sreg_tid_z(); }
+size_t __attribute__((overloadable)) get_group_id(uint d) { return d == 0 ? __nvvm_read_ptx_sreg_ctaid_x() : d == 1 ? __nvvm_read_ptx_sreg_ctaid_y() : __nvvm_read_ptx_sreg_ctaid_z(); }
+size_t __attribute__((overloadable)) get_local_size(uint d) { return d == 0 ? __nvvm_read_ptx_sreg_ntid_x() : d == 1 ? __nvvm_read_ptx_sreg_ntid_y() : __nvvm_read_ptx_sreg_ntid_z(); }
+size_t __attribute__((overloadable)) get_global_id(uint d) { return get_group_id(d) * get_local_size(d) + get_local_id(d); }
+void __attribute__((overloadable)) barrier(cl_mem_fence_flags f) { __nvvm_bar_sync(0); }
+static inline float h2f_(ushort h) { float f; __asm__("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+static inline ushort f2h_(float f) { ushort h; __asm__("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+float __attribute__((overloadable)) vload_half(size_t i, const __global half* p) { return h2f_(((const __global ushort*)p)[i]); }
+float2 __attribute__((overloadable)) vload_half2(size_t i, const __global half* p) { return (float2)(vload_half(2 * i, p), vload_half(2 * i + 1, p)); }
+void __attribute__((overloadable)) vstore_half_rte(float v, size_t i, __global half* p) { ((__global ushort*)p)[i] = f2h_(v); }
+void __attribute__((overloadable)) vstore_half2_rte(float2 v, size_t i, __global half* p) { vstore_half_rte(v.x, 2 * i, p); vstore_half_rte(v.y, 2 * i + 1, p); }
+int __attribute__((overloadable)) min(int a, int b) { return a < b ? a : b; }
+float __attribute__((overloadable)) fmax(float a, float b) { return __builtin_fmaxf(a, b); }
+float __attribute__((overloadable)) tanh(float x) { float e = __nvvm_ex2_approx_f(2.8853900818f * x); return (e - 1.0f) / (e + 1.0f); }
+"""
+
+
+def _clang_nvptx():
+    """A clang that compiles OpenCL C for nvptx64 (PoCL's clang here), and ptxas; else skip."""
+    ptxas = shutil.which("ptxas") or shutil.which("/usr/local/cuda/bin/ptxas")
+    if ptxas is None:
+        pytest.skip("ptxas (the CUDA toolkit's PTX assembler) is not installed here")
+    for name in ("clang", *(f"clang-{v}" for v in range(20, 13, -1))):
+        clang = shutil.which(name)
+        if clang and _to_ptx(clang, "__kernel void k(__global int* p) { p[0] = 1; }")[0] == 0:
+            return clang, ptxas
+    pytest.skip("no clang with the nvptx64 target here")
+
+
+def _to_ptx(clang, src):
+    run = subprocess.run(
+        [clang, "-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl", "-O2",
+         "-Xclang", "-finclude-default-header", "-Xclang", "-target-cpu", "-Xclang", "sm_80",
+         "-Xclang", "-target-feature", "-Xclang", "+ptx75", "-Dcl_nv_compiler_options",
+         "-Dasm=__asm__", "-Wno-pointer-to-int-cast", "-S", "-", "-o", "-"],
+        input=src, capture_output=True, text=True)
+    return run.returncode, run.stdout, run.stderr
+
+
+# points across the space's data movement: the register double buffer, cp.async in 2 and 3
+# stages, ldmatrix with B by .x4 (NI even) and .x2 (NI odd), no padding, a K step of 64
+PTX_POINTS = [dict(DBUF=1, CPASYNC=0, LDSM=0, BK=32), dict(CPASYNC=3, LDSM=1, BK=32),
+              dict(CPASYNC=2, LDSM=0, PAD=0), dict(DBUF=0, CPASYNC=0, LDSM=1, BN=32, WN=4),
+              dict(DBUF=1, LDSM=1, BK=64)]
+
+
+def test_the_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm_90(tmp_path, monkeypatch):
+    """clang's OpenCL front end and nvptx back end (the stand-in for NVIDIA's compiler, absent
+    here) compile the whole kernel with its inline PTX, and ptxas assembles it for sm_90 (the
+    H100), at points across the data-movement knobs: the asm statements' operands bind as
+    their constraints say (a __local pointer as the 32-bit shared address, a global one as
+    64 bits), no register spills, and the registers() estimate within 35% of ptxas's count.
+    What the instructions compute is tested through the emulation (PoCL) and on the H100."""
+    clang, ptxas = _clang_nvptx()
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv((8, 64, 14, 14), res=True, out=64, kernel=3, pad=1, act="relu")
+    for want in PTX_POINTS:
+        cfg = pick(layer, H16, **want)
+        rc, ptx, err = _to_ptx(clang, NVPTX_PRELUDE + V.render(layer, cfg, "k"))
+        assert rc == 0, f"[{cfg}] {err[-2000:]}"
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
+        assert ("cp.async.cg.shared.global" in ptx) == bool(cfg["CPASYNC"]), cfg
+        ldsm = "ldmatrix.sync.aligned.m8n8.x2" if _nis(cfg) % 2 else \
+            "ldmatrix.sync.aligned.m8n8.x4"
+        assert (ldsm in ptx) == bool(cfg["LDSM"]), cfg
+        (tmp_path / "k.ptx").write_text(ptx)
+        run = subprocess.run([ptxas, "--gpu-name", "sm_90", "-v", str(tmp_path / "k.ptx"),
+                              "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True)
+        assert run.returncode == 0, f"[{cfg}] {run.stderr[-2000:]}"
+        m = re.search(r"entry function 'k'.*?(\d+) bytes spill stores.*?Used (\d+) registers",
+                      run.stderr, re.S)
+        assert m, run.stderr
+        spills, regs = int(m.group(1)), int(m.group(2))
+        assert spills == 0, (cfg, run.stderr)
+        est = V.registers(layer, cfg)
+        assert 0.65 * regs <= est <= 1.35 * regs, (cfg, est, regs)
+    # and the assembler does refuse a broken kernel: the check can fail
+    bad = ptx.replace("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f64", 1)
+    (tmp_path / "bad.ptx").write_text(bad)
+    assert subprocess.run([ptxas, "--gpu-name", "sm_90", str(tmp_path / "bad.ptx"), "-o",
+                           str(tmp_path / "bad.cubin")], capture_output=True).returncode != 0
+
+
+def _nis(cfg):
+    return cfg["BN"] // cfg["WN"] // 8
+
+
+# -- on PoCL: the emulated mma, ldmatrix and cp.async -----------------------------------------
+
+# id -> (input shape, attributes, residual, points beside the fallback: knob values picked
+# from the pruned space); across them every data-movement knob value, tails in M (N*P*Q not a
+# multiple of BM), N (K not a multiple of BN) and R*S*C (not a multiple of BK)
+SHAPES = {
+    "k1_tails": ((2, 40, 7, 5), dict(out=40, kernel=1), False,
+                 [dict(CPASYNC=3, LDSM=1, BK=16)]),
+    "k3_p1_residual_relu": ((2, 16, 8, 8), dict(out=32, kernel=3, pad=1, act="relu"), True,
+                            [dict(DBUF=1, LDSM=1, PAD=0, BK=32)]),
+    "k3_s2_nobias": ((1, 24, 11, 9), dict(out=16, kernel=3, stride=2, pad=1, bias=False),
+                     False, [dict(CPASYNC=2, LDSM=0, BK=32)]),
+    "k1_s2_odd_k": ((1, 24, 9, 9), dict(out=13, kernel=1, stride=2), False,
+                    [dict(LDSM=1, BN=32, WN=4)]),
+    "k7_s2_p3_tanh": ((1, 8, 13, 11), dict(out=8, kernel=7, stride=2, pad=3, act="tanh"),
+                      False, [dict(CPASYNC=3, LDSM=1, BK=64)]),
+    "k3x2_dilated_residual": ((1, 16, 10, 9), dict(out=24, kernel=[3, 2], stride=[1, 2],
+                                                   dilation=[2, 1], pad=[2, 0], act="relu"),
+                              True, [dict(CPASYNC=2, LDSM=1, BK=16)]),
+}
+SLOW = ("k7_s2_p3_tanh",)
+
+
+@functools.lru_cache(maxsize=None)
+def case(lid):
+    shape, attrs, res, _ = SHAPES[lid]
+    layer = conv(shape, res=res, **attrs)
+    rng = np.random.default_rng(zlib.crc32(lid.encode()))
+    xs, prm = harness.random_inputs(layer, rng)
+    return layer, xs, prm
+
+
+def half_model(layer, xs, prm):
+    """The float64 convolution of the operands as the device holds them (every input and
+    parameter rounded to half), its output rounded to half: what the kernel stores, up to
+    the FP32 sums' order."""
+    p = {k: round_fp16(v) for k, v in prm.items()}
+    return round_fp16(reference.forward(layer, [round_fp16(x) for x in xs], p))
+
+
+def run_point(layer, xs, prm, cfg, ctx, program=None, source=None):
+    """The layer's logical NCHW output from `cfg`, its inputs given in NHWC and its output read
+    from NHWC as the tuner does (protocol.Kernel), the output poisoned first."""
+    k = protocol.Kernel(ctx[0], ctx[1], layer, V, cfg, xs, prm, program=program, source=source)
+    k.poison()
+    k.run(0)
+    k.finish()
+    return k.output()
+
+
+def check_point(layer, xs, prm, cfg, ctx, program=None, source=None):
+    out = run_point(layer, xs, prm, cfg, ctx, program, source)
+    got = protocol.Reference(layer, xs, prm).check(out)
+    assert got["ok"], f"[{cfg}]: scaled error {got['error']:.3g} beyond the half tolerance"
+    # one half ulp where FP32 sums in another order fall on the other side of a rounding
+    model = half_model(layer, xs, prm)
+    ok, err = harness.close(out, model, 2.0 ** -10)
+    assert ok, f"[{cfg}]: {err:.3g} from the half model"
+    assert np.mean(out == model) > 0.98, f"[{cfg}]: {np.mean(out != model):.3%} not the model's"
+    assert np.array_equal(out, out.astype(np.float16).astype(np.float32))
+    return out
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    monkeypatch.setenv(EMULATE_ENV, "1")
+    try:
+        ctx, queue, _ = harness.context_for(POCL)
+    except Exception as e:                          # no PoCL: the device tier is skipped
+        pytest.skip(f"PoCL not available: {e}")
+    return with_precision(POCL, "fp16"), (ctx, queue)
+
+
+@pytest.mark.parametrize("lid", [pytest.param(lid, marks=pytest.mark.slow) if lid in SLOW
+                                 else lid for lid in SHAPES])
+def test_emulated_conv_mma_f16_nhwc_against_the_reference(emulated, lid):
+    """The fallback and the shape's points of the space (DBUF, CPASYNC, LDSM, PAD 0)."""
+    target, ctx = emulated
+    layer, xs, prm = case(lid)
+    points = [V.fallback(layer, target)] + [pick(layer, target, **w) for w in SHAPES[lid][3]]
+    for cfg in points:
+        check_point(layer, xs, prm, cfg, ctx)
+
+
+def test_the_check_sees_a_wrong_layout(emulated):
+    """The same kernel read back as if it wrote NCHW is far from the reference: the tests above
+    pass because the output is NHWC, not whatever the check would accept."""
+    target, ctx = emulated
+    layer, xs, prm = case("k3_p1_residual_relu")
+    k = protocol.Kernel(ctx[0], ctx[1], layer, V, V.fallback(layer, target), xs, prm)
+    k.run(0)
+    k.finish()
+    nhwc_as_nchw = k.runs[0].read_output()
+    assert not protocol.Reference(layer, xs, prm).check(nhwc_as_nchw)["ok"]
+    assert protocol.Reference(layer, xs, prm).check(k.output())["ok"]
+
+
+def test_every_finite_half_passes_through_exactly(emulated):
+    """An identity 1x1 conv over all 63488 finite halves (subnormals, zeros, the largest): the
+    uint4 loads, the packing, the fragments and the half2 stores put every value at its own
+    pixel and channel, and the decoding of the bits is exact, so the output is the input."""
+    target, ctx = emulated
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    vals = bits.view(np.float16)
+    vals = vals[np.isfinite(vals)].astype(np.float32)
+    assert vals.size == 16 * 62 * 64
+    layer = conv((1, 16, 62, 64), out=16, kernel=1, bias=False)
+    x = vals.reshape(1, 16, 62, 64)
+    w = np.eye(16, dtype=np.float32).reshape(16, 16, 1, 1)
+    out = run_point(layer, [x], {"weight": w}, V.fallback(layer, target), ctx)
+    assert np.array_equal(out, x)
+
+
+# -- on an NVIDIA GPU: the inline PTX -----------------------------------------------------------
+
+@pytest.fixture
+def gpu():
+    from devices import h100_tensor_cores
+    return h100_tensor_cores("fp16")
+
+
+# the knobs whose PTX the H100 has not run yet: a point with one of them that the driver does
+# not build is reported, not failed (the tuner prunes it as build_failed)
+UNMEASURED = ("CPASYNC", "LDSM")
+
+
+@pytest.mark.gpu
+def test_ptx_conv_mma_f16_nhwc_against_the_reference(gpu, monkeypatch):
+    """The tensor cores on every layer of SHAPES at the fallback, the shape's own points and
+    the first point of the space with each data-movement knob value, each within the half
+    tolerance and one half ulp of the half model (about 30 points); the driver's binary holds the f16 mma (and
+    cp.async, ldmatrix where asked). Every point is tried and the outcome of each printed;
+    the test fails where a point computes a wrong answer or fails to launch, or a point with
+    only measured knobs does not build. A point with CPASYNC or LDSM that the driver does not
+    build is reported (printed and warned, naming layer, point and log), not failed: the
+    tuner prunes such a point as build_failed."""
+    target, ctx = gpu
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    rows, failed, unbuilt = [], [], []
+    for lid in SHAPES:
+        layer, xs, prm = case(lid)
+        pts = _part(layer, target).points
+        extra = [pick(layer, target, **w) for w in SHAPES[lid][3]]
+        for want in (dict(CPASYNC=2), dict(CPASYNC=3), dict(LDSM=1)):
+            extra += [c for c in pts if all(c[k] == v for k, v in want.items())][:1]
+        for cfg in dict.fromkeys([V.fallback(layer, target)] + extra):
+            src = V.render(layer, cfg, "k")
+            try:
+                program = harness.build(ctx[0], src)
+            except KernelBuildError as e:
+                log = " ".join(str(e.log or e).split())[:400]
+                (unbuilt if any(cfg[k] for k in UNMEASURED) else failed).append(
+                    f"{lid} [{cfg}]: not built: {log}")
+                rows.append(f"{lid} [{cfg}]: NOT BUILT")
+                continue
+            try:
+                binary = program.binaries[0]
+                assert b"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in binary, \
+                    "the f16 mma in the binary"
+                assert (b"cp.async" in binary) == bool(cfg["CPASYNC"]), "cp.async in the binary"
+                assert (b"ldmatrix" in binary) == bool(cfg["LDSM"]), "ldmatrix in the binary"
+                check_point(layer, xs, prm, cfg, ctx, program, src)
+                rows.append(f"{lid} [{cfg}]: ok")
+            except Exception as e:                      # noqa: BLE001 (every point reported)
+                failed.append(f"{lid} [{cfg}]: {type(e).__name__}: {e}")
+                rows.append(f"{lid} [{cfg}]: FAILED")
+    print("conv_mma_f16_nhwc on the GPU:", *rows, sep="\n  ")
+    for u in unbuilt:
+        warnings.warn(f"conv_mma_f16_nhwc: the driver does not build {u}")
+    assert not failed, "\n".join(failed)
+    assert sum(r.endswith(": ok") for r in rows) >= len(SHAPES)
+
+
+# -- an fp16 library on PoCL --------------------------------------------------------------------
+
+NET = """name: halfnhwc
+input: [2, 3, 10, 10]
+layers:
+  - {name: c0, op: conv, out: 16, kernel: 3, pad: 1, act: relu}
+  - {name: c1, op: conv, out: 16, kernel: 3, pad: 1, act: relu}
+  - {name: c2, op: conv, out: 16, kernel: 1}
+  - {name: add, op: add, inputs: [c2, c0], act: relu}
+  - {name: c3, op: conv, out: 24, kernel: 3, stride: 2, pad: 1, act: relu}
+  - {name: gap, op: global_avgpool}
+  - {name: fc, op: dense, out: 5}
+"""
+
+
+def test_an_fp16_library_runs_it_in_nhwc_and_checks_against_the_half_model(emulated, tmp_path,
+                                                                           monkeypatch):
+    """conv_mma_f16_nhwc recorded fastest for c1, c2 (with the add fused in, relu after it) and
+    c3: the fp16 build runs them in NHWC, converting c0's output (C = 3 in: another variant,
+    NCHW) once for both of its readers and c3's back for the pool, and --check against the
+    half model passes."""
+    from aotconv.compiler import compile_network
+    from aotconv.context import BuildContext
+    from aotconv.passes import fuse_residual, optimise
+    from aotconv.precision import stored
+    from aotconv.spec import load_network
+    from aotconv.tune.measure import Outcome, Status
+    from aotconv.tune.records import Key, Store
+    monkeypatch.setenv("AOTCONV_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AOTCONV_SHIPPED_RECORDS", "0")
+    (tmp_path / "halfnhwc.yaml").write_text(NET)
+    db = tmp_path / "records.jsonl"
+    with BuildContext.make("pocl-cpu", mode="records", precision="fp16") as ctx:
+        store = Store(write=[db])
+        net = stored(optimise(load_network(str(tmp_path / "halfnhwc.yaml"))), "fp16")
+        fused = fuse_residual(net, ["c2"])
+        assert V.supports(net.layer("c0")) is not None
+        for layer in (net.layer("c1"), net.layer("c2"), fused.layer("c2"), net.layer("c3")):
+            store.append(Key(layer, V, ctx.target, ctx.device), V.fallback(layer, ctx.target),
+                         Outcome(Status.OK, 1e-3, (1e-3,)))
+    res = compile_network(str(tmp_path / "halfnhwc.yaml"), target="pocl-cpu",
+                          outdir=tmp_path / "out", tune_mode="records", tuning_db=str(db),
+                          check=True, quiet=True, precision="fp16")
+    sch = res.schedule
+    assert {n: c.variant for n, c in sch.choices.items() if n in ("c1", "c2", "c3")} == \
+        {"c1": V.name, "c2": V.name, "c3": V.name}
+    c2 = sch.net.layer("c2")
+    assert c2.attrs.get("residual") and "add" not in [l.name for l in sch.net.layers]
+    converts = {l.name: (l.inputs[0], l.attrs["src"], l.attrs["dst"])
+                for l in sch.net.layers if l.op == "layout_convert"}
+    to_nhwc = [n for n, (t, a, b) in converts.items() if t == "c0" and b == "NHWC"]
+    assert len(to_nhwc) == 1 and c2.inputs[1] == to_nhwc[0] \
+        and sch.net.layer("c1").inputs == to_nhwc
+    assert any(t == "c3" and (a, b) == ("NHWC", "NCHW") for t, a, b in converts.values())
+    assert res.check_reference.startswith("the float64 numpy reference with every weight")
+    assert res.check_error is not None and res.check_error <= protocol.TOLERANCE
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "on the tensor cores (f16 products, exact in FP32) in 3 of 4 conv layers " \
+           "(c1, c2, c3)" in report
