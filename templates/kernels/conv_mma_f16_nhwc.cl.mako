@@ -403,7 +403,7 @@ void ${prefix}(__global const uint4* restrict x, __global const uint4* restrict 
     #pragma unroll 1
     for (int st = 0; st < CPASYNC - 1; ++st) {
         if (st < KTILES)
-${indent(capture(load_async, "st", "st"), 12)}\
+${indent(capture(load_async, "st", "st"), 8)}\
         CP_COMMIT();
     }
     #pragma unroll 1
@@ -413,7 +413,7 @@ ${indent(capture(load_async, "st", "st"), 12)}\
         {
             const int nk = kt + CPASYNC - 1;
             if (nk < KTILES)
-${indent(capture(load_async, "nk", "nk % CPASYNC"), 16)}\
+${indent(capture(load_async, "nk", "nk % CPASYNC"), 12)}\
             CP_COMMIT();
         }
 ${indent(capture(multiply, "kt % CPASYNC"), 8)}\
