@@ -86,7 +86,7 @@ ${c.STOREV(VW, plus(base, 0, 0, off), 0, v) if VW > 1 else capture(c.STORE, base
 #define CP ${CP}            // channels of the packed weights${" (C rounded up to whole vectors)" if CP != C else ""}
 #define PACKED ${PACKED}    // floats of the packed weights: R*S taps of CP${", then CP of bias" if has_bias else ""}
 ${c.helpers()}
-// Weights [C][1][R][S]${" and bias [C]" if has_bias else ""} -> float [R*S][CP]${" then [CP]" if has_bias else ""}, zero past C (run once).
+// Weights [C][1][R][S]${" and bias [C]" if has_bias else ""} -> float [R*S][CP]${" then [CP]" if has_bias else ""}${", zero past C" if CP != C else ""} (run once).
 __kernel __attribute__((reqd_work_group_size(64, 1, 1)))
 void ${prefix}_pack(__global const ${c.T()}* restrict w,
 % if has_bias:
