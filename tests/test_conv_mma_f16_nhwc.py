@@ -24,6 +24,7 @@ import functools
 import re
 import shutil
 import subprocess
+import time
 import warnings
 import zlib
 
@@ -232,20 +233,35 @@ def test_nvidia_s_compiler_gets_the_ptx_and_every_other_the_emulation(monkeypatc
 # Definitions of the OpenCL builtins the kernels call, for clang's nvptx target where no libclc
 # is installed (what they compute does not matter here: only that the kernel compiles)
 NVPTX_PRELUDE = r"""
-size_t __attribute__((overloadable)) get_local_id(uint d) { return d == 0 ? __nvvm_read_ptx_sreg_tid_x() : d == 1 ? __nvvm_read_ptx_sreg_tid_y() : __nvvm_read_ptx_sreg_tid_z(); }
-size_t __attribute__((overloadable)) get_group_id(uint d) { return d == 0 ? __nvvm_read_ptx_sreg_ctaid_x() : d == 1 ? __nvvm_read_ptx_sreg_ctaid_y() : __nvvm_read_ptx_sreg_ctaid_z(); }
-size_t __attribute__((overloadable)) get_local_size(uint d) { return d == 0 ? __nvvm_read_ptx_sreg_ntid_x() : d == 1 ? __nvvm_read_ptx_sreg_ntid_y() : __nvvm_read_ptx_sreg_ntid_z(); }
-size_t __attribute__((overloadable)) get_global_id(uint d) { return get_group_id(d) * get_local_size(d) + get_local_id(d); }
-void __attribute__((overloadable)) barrier(cl_mem_fence_flags f) { __nvvm_bar_sync(0); }
-static inline float h2f_(ushort h) { float f; __asm__("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-static inline ushort f2h_(float f) { ushort h; __asm__("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-float __attribute__((overloadable)) vload_half(size_t i, const __global half* p) { return h2f_(((const __global ushort*)p)[i]); }
-float2 __attribute__((overloadable)) vload_half2(size_t i, const __global half* p) { return (float2)(vload_half(2 * i, p), vload_half(2 * i + 1, p)); }
-void __attribute__((overloadable)) vstore_half_rte(float v, size_t i, __global half* p) { ((__global ushort*)p)[i] = f2h_(v); }
-void __attribute__((overloadable)) vstore_half2_rte(float2 v, size_t i, __global half* p) { vstore_half_rte(v.x, 2 * i, p); vstore_half_rte(v.y, 2 * i + 1, p); }
-int __attribute__((overloadable)) min(int a, int b) { return a < b ? a : b; }
-float __attribute__((overloadable)) fmax(float a, float b) { return __builtin_fmaxf(a, b); }
-float __attribute__((overloadable)) tanh(float x) { float e = __nvvm_ex2_approx_f(2.8853900818f * x); return (e - 1.0f) / (e + 1.0f); }
+#define OVL __attribute__((overloadable))
+size_t OVL get_local_id(uint d) {
+    return d == 0 ? __nvvm_read_ptx_sreg_tid_x() : d == 1 ? __nvvm_read_ptx_sreg_tid_y()
+                                                          : __nvvm_read_ptx_sreg_tid_z(); }
+size_t OVL get_group_id(uint d) {
+    return d == 0 ? __nvvm_read_ptx_sreg_ctaid_x() : d == 1 ? __nvvm_read_ptx_sreg_ctaid_y()
+                                                            : __nvvm_read_ptx_sreg_ctaid_z(); }
+size_t OVL get_local_size(uint d) {
+    return d == 0 ? __nvvm_read_ptx_sreg_ntid_x() : d == 1 ? __nvvm_read_ptx_sreg_ntid_y()
+                                                           : __nvvm_read_ptx_sreg_ntid_z(); }
+size_t OVL get_global_id(uint d) { return get_group_id(d) * get_local_size(d) + get_local_id(d); }
+void OVL barrier(cl_mem_fence_flags f) { __nvvm_bar_sync(0); }
+static inline float h2f_(ushort h) {
+    float f; __asm__("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+static inline ushort f2h_(float f) {
+    ushort h; __asm__("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+float OVL vload_half(size_t i, const __global half* p) {
+    return h2f_(((const __global ushort*)p)[i]); }
+float2 OVL vload_half2(size_t i, const __global half* p) {
+    return (float2)(vload_half(2 * i, p), vload_half(2 * i + 1, p)); }
+void OVL vstore_half_rte(float v, size_t i, __global half* p) {
+    ((__global ushort*)p)[i] = f2h_(v); }
+void OVL vstore_half2_rte(float2 v, size_t i, __global half* p) {
+    vstore_half_rte(v.x, 2 * i, p); vstore_half_rte(v.y, 2 * i + 1, p); }
+int OVL min(int a, int b) { return a < b ? a : b; }
+float OVL fmax(float a, float b) { return __builtin_fmaxf(a, b); }
+float OVL tanh(float x) {
+    float e = __nvvm_ex2_approx_f(2.8853900818f * x); return (e - 1.0f) / (e + 1.0f); }
+#undef OVL
 """
 
 
@@ -449,21 +465,23 @@ UNMEASURED = ("CPASYNC", "LDSM")
 @pytest.mark.gpu
 def test_ptx_conv_mma_f16_nhwc_against_the_reference(gpu, monkeypatch):
     """The tensor cores on every layer of SHAPES at the fallback, the shape's own points and
-    the first point of the space with each data-movement knob value, each within the half
-    tolerance and one half ulp of the half model (about 30 points); the driver's binary holds the f16 mma (and
-    cp.async, ldmatrix where asked). Every point is tried and the outcome of each printed;
-    the test fails where a point computes a wrong answer or fails to launch, or a point with
-    only measured knobs does not build. A point with CPASYNC or LDSM that the driver does not
-    build is reported (printed and warned, naming layer, point and log), not failed: the
-    tuner prunes such a point as build_failed."""
+    the first point of the space with DBUF alone, CPASYNC 2, CPASYNC 3 and LDSM (34 points),
+    each within the half tolerance and one half ulp of the half model; the driver's binary
+    holds the f16 mma (and cp.async, ldmatrix where asked). Every point is tried and the
+    outcome of each printed (`pytest -s`); the test fails where a point computes a wrong
+    answer or fails to launch, or a point with only measured knobs does not build. A point
+    with CPASYNC or LDSM that the driver does not build is reported (printed and warned,
+    naming layer, point and log), not failed: the tuner prunes such a point as
+    build_failed."""
     target, ctx = gpu
     monkeypatch.delenv(EMULATE_ENV, raising=False)
-    rows, failed, unbuilt = [], [], []
+    rows, failed, unbuilt, t0 = [], [], [], time.time()
     for lid in SHAPES:
         layer, xs, prm = case(lid)
         pts = _part(layer, target).points
         extra = [pick(layer, target, **w) for w in SHAPES[lid][3]]
-        for want in (dict(CPASYNC=2), dict(CPASYNC=3), dict(LDSM=1)):
+        for want in (dict(DBUF=1, CPASYNC=0, LDSM=0), dict(CPASYNC=2), dict(CPASYNC=3),
+                     dict(LDSM=1)):
             extra += [c for c in pts if all(c[k] == v for k, v in want.items())][:1]
         for cfg in dict.fromkeys([V.fallback(layer, target)] + extra):
             src = V.render(layer, cfg, "k")
@@ -486,7 +504,7 @@ def test_ptx_conv_mma_f16_nhwc_against_the_reference(gpu, monkeypatch):
             except Exception as e:                      # noqa: BLE001 (every point reported)
                 failed.append(f"{lid} [{cfg}]: {type(e).__name__}: {e}")
                 rows.append(f"{lid} [{cfg}]: FAILED")
-    print("conv_mma_f16_nhwc on the GPU:", *rows, sep="\n  ")
+    print(f"conv_mma_f16_nhwc on the GPU ({time.time() - t0:.0f} s):", *rows, sep="\n  ")
     for u in unbuilt:
         warnings.warn(f"conv_mma_f16_nhwc: the driver does not build {u}")
     assert not failed, "\n".join(failed)
