@@ -99,9 +99,12 @@ def test_half_kernels_store_half_and_compute_in_float():
         fp32 = v.render(layer_of(sig), cfg_from_json(cfg), "k")
         assert "vload_half" not in fp32 and "vstore_half" not in fp32, name
     # but crop, the tensor-core variants: they serve half layers only
-    # (tests/test_conv_mma_f16.py, tests/test_conv_mma_f16_nhwc.py), and conv_dw_nhwc, newer
-    # than the snapshot (its half kernels: tests/test_conv_dw_nhwc.py)
-    assert len({n for n, _ in seen}) >= (sum(v.half_storage for v in VARIANTS) - 2
+    # (tests/test_conv_mma_f16.py, tests/test_conv_mma_f16_nhwc.py), and the variants newer
+    # than the snapshot: conv_dw_nhwc (its half kernels: tests/test_conv_dw_nhwc.py), the
+    # pools and elementwise layers in NHWC (tests/test_pool_nhwc.py, tests/test_eltwise_nhwc.py)
+    newer = {"conv_dw_nhwc", "pool_nhwc", "global_avgpool_nhwc", "add_nhwc", "eltwise_nhwc",
+             "scale_nhwc"}
+    assert len({n for n, _ in seen}) >= (sum(v.half_storage for v in VARIANTS) - 1 - len(newer)
                                          - len(precision.TENSOR_CORE_HALF))
 
 
@@ -417,6 +420,14 @@ CASES = [
                              act="relu6")], (2, 16, 14, 14), "c", None),
     ("conv_dw_nhwc", [dict(name="c", op="conv", out=6, kernel=3, groups=6, pad=1,
                            act="relu6")], (2, 6, 9, 9), "c", None),
+    ("pool_nhwc", [dict(name="p", op="maxpool", kernel=3, stride=2, pad=1)], (2, 6, 9, 9),
+     "p", None),
+    ("global_avgpool_nhwc", [dict(name="g", op="global_avgpool")], (2, 30, 7, 7), "g", None),
+    ("add_nhwc", [dict(name="a", op="tanh"), dict(name="s", op="add", inputs=["a", "input"],
+                                                  act="relu")], (2, 4, 5, 5), "s", None),
+    ("eltwise_nhwc", [dict(name="a", op="sigmoid")], (2, 3, 5, 7), "a", None),
+    ("scale_nhwc", [dict(name="g", op="global_avgpool"),
+                    dict(name="s", op="scale", inputs=["input", "g"])], (2, 8, 5, 5), "s", None),
     ("conv_tiled", [dict(name="c", op="conv", out=9, kernel=3, pad=1, act="clip", max=0.5)],
      (2, 7, 10, 10), "c", None),
     ("conv_1x1", [dict(name="c", op="conv", out=32, kernel=1),

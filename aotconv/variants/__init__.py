@@ -12,7 +12,9 @@ from .conv_direct import ConvDirect
 from .conv_depthwise import ConvDepthwise
 from .dense_direct import DenseDirect
 from .pool import PoolDirect
+from .pool_nhwc import PoolNhwc
 from .global_avgpool import GlobalAvgpoolDirect
+from .global_avgpool_nhwc import GlobalAvgpoolNhwc
 from .softmax import SoftmaxDirect
 from .lrn import LrnDirect
 from .concat import ConcatDirect
@@ -34,6 +36,7 @@ from .channel_copy import ChannelShuffleDirect, ChannelSliceDirect
 from .crop import CropDirect
 from .upsample import UpsampleDirect
 from .conv_transpose import ConvTransposeDirect
+from .eltwise_nhwc import AddNhwc, EltwiseNhwc, ScaleNhwc
 
 VARIANTS = [
     Eltwise(),
@@ -43,7 +46,9 @@ VARIANTS = [
     ConvDirect(),
     DenseDirect(),
     PoolDirect(),
+    PoolNhwc(),                 # ... in NHWC/CHWN: tuned, never the fallback
     GlobalAvgpoolDirect(),
+    GlobalAvgpoolNhwc(),        # ... reading NHWC/CHWN: tuned, never the fallback
     SoftmaxDirect(),
     LrnDirect(),
     ConcatDirect(),
@@ -66,6 +71,9 @@ VARIANTS = [
     CropDirect(),
     UpsampleDirect(),
     ConvTransposeDirect(),
+    EltwiseNhwc(),              # the elementwise layers in NHWC/CHWN: tuned, never the
+    AddNhwc(),                  # fallback
+    ScaleNhwc(),
 ]
 BY_NAME = {v.name: v for v in VARIANTS}
 
