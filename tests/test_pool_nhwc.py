@@ -132,7 +132,9 @@ def test_fallbacks_valid_on_every_target(target):
         # NHWC, the widest vector that divides the channels
         assert fb["LAYOUT"] == "NHWC" and fb["VW"] == max(v for v in (4, 2, 1)
                                                           if p.in_shape[1] % v == 0)
-    for shape in ((1, 2048, 7, 7), (16, 1280, 7, 7), (2, 3, 5, 5)):
+    # ResNet-50's and MobileNet-v2's heads at batch 1 and 16
+    for shape in ((1, 2048, 7, 7), (16, 2048, 7, 7), (1, 1280, 7, 7), (16, 1280, 7, 7),
+                  (2, 3, 5, 5)):
         g = layer("global_avgpool", shape)
         fb = GAP.fallback(g, t)
         assert point_ok(g, GAP, fb, t) and fb["LAYOUT"] == "NHWC"
