@@ -195,7 +195,8 @@ def test_device_limits_are_applied_to_every_variant():
     assert "device.wg_size" in names and "device.registers" not in names
 
 
-def test_eltwise_space_under_a_small_work_group_limit():
+def test_eltwise_space_under_a_small_work_group_limit(monkeypatch):
+    monkeypatch.setenv("AOTCONV_EXCLUDE_VARIANTS", "eltwise_nhwc")     # eltwise's space alone
     layer = relu_layer()
     big = layer_space(layer, TARGETS["pocl-cpu"])
     assert (big.total, len(big.candidates)) == (16, 16)
@@ -225,7 +226,8 @@ def test_a_constraint_that_raises_rejects_the_point_and_says_why():
     assert all(c["WY"] != 1 for c in vs.points)
 
 
-def test_report_text_names_sizes_and_constraints():
+def test_report_text_names_sizes_and_constraints(monkeypatch):
+    monkeypatch.setenv("AOTCONV_EXCLUDE_VARIANTS", "eltwise_nhwc")     # eltwise's space alone
     layer = relu_layer()
     sp = layer_space(layer, replace(TARGETS["pocl-cpu"], max_wg_size=64), explain=True)
     text = report(sp)

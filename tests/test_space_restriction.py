@@ -173,7 +173,8 @@ def test_restrict_layer_no_named_variant_implements():
 def test_restrict_pool_layer_by_its_own_variant():
     sp = layer_space(pool_layer(), POCL)
     r = restrict(sp, parse_where(["pool_direct:QB=1"]))
-    expected = [c for c in sp.candidates if c.cfg["QB"] == 1]
+    # pool_direct's points with QB=1; the layer's other variants (pool_nhwc) left out
+    expected = [c for c in sp.candidates if c.variant == "pool_direct" and c.cfg["QB"] == 1]
     assert expected and len(expected) < len(sp.candidates)
     assert r.candidates == expected
 
@@ -204,7 +205,7 @@ def test_tune_network_restricts_every_layer_space(monkeypatch):
     full_r = layer_space(net.layer("r"), POCL)
     full_p = layer_space(net.layer("p"), POCL)
     assert seen["r"].candidates == full_r.candidates        # eltwise: untouched
-    want = [c for c in full_p.candidates if c.cfg["QB"] == 2]
+    want = [c for c in full_p.candidates if c.variant == "pool_direct" and c.cfg["QB"] == 2]
     assert want and len(want) < len(full_p.candidates)
     assert seen["p"].candidates == want
 
