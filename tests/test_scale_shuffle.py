@@ -170,7 +170,7 @@ def test_shapes_and_flops():
 def test_fallback_valid_on_every_target_and_every_point_renders(case_id):
     layer = data(case_id)[0]
     v = BY_NAME[VARIANT_OF[layer.op]]
-    assert for_layer(layer) == [v]
+    assert for_layer(layer)[:1] == [v]      # the fallback; scale_nhwc: test_eltwise_nhwc.py
     for t in TARGETS.values():
         space = variant_space(layer, v, t)
         assert v.fallback(layer, t) in space.points and not space.errors, t.name
