@@ -70,6 +70,9 @@ class Choice:
     source: str = "fallback"        # "tuned" | "record" | "fallback" | "record of <epilogue>"
                                     # (borrowed: a twin signature's record, no time here)
     stats: Stats = field(default_factory=Stats)
+    plan_ms: float = None           # where time_ms is None, the time the layout plan prices
+                                    # it at: a residual fusion carried onto the conv's own
+                                    # kernel (fusion._carried) is planned at the conv's time
 
     @property
     def impl(self):

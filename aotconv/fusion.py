@@ -215,7 +215,7 @@ def _carried(fused_net, triples, takers, choices, fused_choices, target):
         v = BY_NAME[a.variant]
         # a variant that declines the fused layer would drop the residual, whatever its knobs
         if v.supports(layers[conv]) is None and point_ok(layers[conv], v, a.cfg, target):
-            out[conv] = Choice(a.variant, a.cfg, None, a.source, a.stats)
+            out[conv] = Choice(a.variant, a.cfg, None, a.source, a.stats, plan_ms=a.time_ms)
     return out
 
 

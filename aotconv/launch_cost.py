@@ -66,6 +66,15 @@ class Pricer:
 def choice_ms(layer, choice, target):
     """A Choice's time plus the gaps of its launches beyond the first (0 for no choice or no
     time)."""
-    if choice is None or choice.time_ms is None:
+    t = planned_ms(choice)
+    if t is None:
         return 0.0
-    return choice.time_ms + extra_ms(choice.impl, layer, choice.cfg, target)
+    return t + extra_ms(choice.impl, layer, choice.cfg, target)
+
+
+def planned_ms(choice):
+    """The time a plan prices `choice` at: its measured time, else its `plan_ms` (None for
+    neither)."""
+    if choice is None:
+        return None
+    return choice.time_ms if choice.time_ms is not None else getattr(choice, "plan_ms", None)

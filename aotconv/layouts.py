@@ -27,7 +27,7 @@ import copy
 import math
 
 from .graph import Layer, count
-from .launch_cost import choice_ms, extra_ms, gap_ms
+from .launch_cost import choice_ms, extra_ms, gap_ms, planned_ms
 from .ops import is_alias
 from .passes import consumers
 
@@ -194,15 +194,19 @@ class ConvertCosts:
 def layout_options(net, choices, ctx):
     """{layer: [Choice]}: the chosen one first, then for every other (read, write) pair the
     layer's variants reach, the best configuration measured in it (from the tuning records of
-    the BuildContext `ctx`). Only measured choices get alternatives: times must be comparable."""
+    the BuildContext `ctx`). Only measured choices get alternatives: times must be comparable.
+    A residual fusion carried onto the conv's own kernel, unmeasured as a fused layer, is
+    planned at the conv's measured time (its `plan_ms`: the same kernel, which reads the
+    residual in its epilogue), against the fused layer's own measured points in the other
+    layouts."""
     from .choose import Choice
     from .variants import BY_NAME
     from .tune import search
     out = {l.name: [choices[l.name]] for l in net.layers if l.name in choices}
     if ctx.mode == "fallback":
         return out
-    todo = [l for l in net.layers if l.name in choices and choices[l.name].time_ms is not None
-            and layout_capable(l)]
+    todo = [l for l in net.layers if l.name in choices
+            and planned_ms(choices[l.name]) is not None and layout_capable(l)]
     if not todo:
         return out
     results = search.records_only(search.unique_layers(todo), ctx.target, ctx.store, ctx.device)
@@ -244,7 +248,7 @@ def _time(layer, c, target=None):
     """A choice's time; with `target`, plus the gaps of its launches beyond the first."""
     if target is not None:
         return choice_ms(layer, c, target)
-    return (c.time_ms or 0.0) if c is not None else 0.0
+    return planned_ms(c) or 0.0
 
 
 def _priced(cost, target):

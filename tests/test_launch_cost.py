@@ -104,3 +104,24 @@ def test_fusion_counts_the_launch_the_unfused_pair_has_more():
     assert (d.conv_ms, d.add_ms, d.fused_ms) == (0.007, 0.002, 0.010)    # measured times kept
     pool = fusion.decide([("c", "a")], ch, fused, "measure", fusion.Price(H100))[0]
     assert pool.fused
+
+
+def test_a_carried_residual_fusion_is_planned_at_the_conv_s_time():
+    """A fused layer carried onto the conv's own kernel has no time of its own; the layout plan
+    prices it at the conv's (plan_ms), so an NHWC alternative measured for the fused layer can
+    win, and one that is slower does not."""
+    net = _plan_net()
+    igemm = BY_NAME["conv_igemm"]
+    lb = net.layer("b")
+    nchw = igemm.fallback(lb, H100)
+    nhwc = Config.of(**{**nchw.as_dict(), "LAYOUT": "NHWC"})
+    carried = Choice("conv_igemm", nchw, None, "record", plan_ms=0.010)
+    assert launch_cost.planned_ms(carried) == 0.010
+    assert launch_cost.choice_ms(lb, carried, H100) == pytest.approx(0.010)
+    base = {n: Choice("conv_igemm", nhwc, 0.010, "tuned") for n in "ac"}
+    for alt_ms, want in ((0.006, "NHWC"), (0.030, "NCHW")):
+        ch = dict(base, b=carried)
+        opts = {"a": [base["a"]], "b": [carried, Choice("conv_igemm", nhwc, alt_ms, "tuned")],
+                "c": [base["c"]]}
+        got, _ = layouts.plan(net, ch, opts, lambda s, a, b: 0.0 if a == b else 0.002, H100)
+        assert igemm.layouts_of(lb, got["b"].cfg)[0] == want
