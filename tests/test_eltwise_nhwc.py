@@ -1,11 +1,12 @@
 """add_nhwc, eltwise_nhwc, scale_nhwc: the elementwise layers in NHWC or CHWN.
 
 Device-free: each declares the layout of its LAYOUT knob for every input and the output, is a
-tuned alternative and never the fallback; add_nhwc and eltwise_nhwc render their NCHW
-sibling's kernel with one line naming the layout; the NCHW siblings render as before (their
-records stay valid); scale_nhwc indexes the factor by the element's plane in its layout.
-PoCL: each in both layouts against the float64 reference, every input given in the layout
-declared, with an add of three inputs, scale's per-plane factor and mul.
+tuned alternative and never the fallback, its own fallback valid on every target; add_nhwc
+and eltwise_nhwc render their NCHW sibling's kernel with one line naming the layout; the NCHW
+siblings are untouched (their records stay valid); scale_nhwc indexes the factor by the
+element's plane in its layout. PoCL: each in both layouts against the float64 reference, every
+input given in the layout declared, with an add of three inputs, scale's per-plane factor and
+mul.
 """
 import numpy as np
 import pytest
@@ -53,6 +54,18 @@ def test_they_declare_one_layout_and_are_never_the_fallback(cid):
     assert v.knobs(l, POCL)[0].values == ("NHWC", "CHWN")
     assert v.layouts_of(l, at(variant, l, "CHWN")) == ("CHWN", "CHWN")
     assert layout_capable(l)
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_fallbacks_valid_on_every_target(target):
+    from aotconv.space import point_ok
+    t = TARGETS[target]
+    for cid, (variant, _, l) in CASES.items():
+        v = BY_NAME[variant]
+        fb = v.fallback(l, t)
+        assert fb["LAYOUT"] == "NHWC" and point_ok(l, v, fb, t), (cid, fb)
+    big = layer("add", [(16, 256, 56, 56)] * 2)
+    assert point_ok(big, BY_NAME["add_nhwc"], BY_NAME["add_nhwc"].fallback(big, t), t)
 
 
 @pytest.mark.parametrize("cid", ["add_relu", "sigmoid", "mul"])
