@@ -129,14 +129,15 @@ def test_bad_input_is_one_line_naming_file_and_line(c3, tmp_path, capsys):
 
 
 def test_shipped_records_are_distilled_and_readable():
-    """The shipped files are the distiller's output (nothing left to drop), under 2 MiB (the
-    H100 file, with ResNet-50 at batch 1 and 32 and MobileNetV2, is 1.2 MB; the tuning logs it
-    came from were 4.2 MB), and every op signature in them rebuilds to a layer, so the
-    distiller checked every one."""
+    """The shipped files are the distiller's output (nothing left to drop), under 3 MiB (the
+    H100 file, with FP32, TF32 and FP16 records of ResNet-50 at batch 1 and 32, MobileNetV2 and
+    VGG-16, and the channels-last variants, is 2.1 MB; the tuning logs it came from were
+    10 MB), and every op signature in them rebuilds to a layer, so the distiller checked every
+    one."""
     files = sorted(DATA_DIR.glob("*.jsonl"))
     assert files
     for path in files:
-        assert path.stat().st_size < 2 << 20, f"{path}: distil it (docs/tuning.md)"
+        assert path.stat().st_size < 3 << 20, f"{path}: distil it (docs/tuning.md)"
         raw = dr.read([path])
         assert all("times" not in r for _, r in raw), f"{path}: holds repeat times"
         ops = dr.Ops()
