@@ -75,6 +75,25 @@ def _b_covers(c):
     return (wg % bn == 0 and rows % (wg // bn) == 0) if wg >= bn else bn % wg == 0
 
 
+# What every f16 tensor-core variant asks (conv_mma_f16 and its channels-last sibling): half
+# operands, the tensor cores, whole warp tiles and whole 16-deep mma k-steps.
+F16_MMA_CONSTRAINTS = (
+    Constraint("storage_half", "algorithm",
+               "the operands are the half values an fp16 build stores (weights rounded by "
+               "set_params, activations stored in half); an FP32 or TF32 build rounds "
+               "nothing to half",
+               lambda l, c, t: _half_layer(l)),
+    Constraint("tensor_cores", "hardware",
+               "mma.sync m16n8k16 in f16 with FP32 accumulation needs an NVIDIA GPU of "
+               "compute capability %d.%d or newer (its tensor cores)" % MIN_CC,
+               lambda l, c, t: emulated() or has_tensor_cores(t)),
+    WARP_TILES_WHOLE,
+    Constraint("k_step_whole_mmas", "algorithm",
+               "a BK-deep step is whole 16-deep mma k-steps (BK a multiple of 16)",
+               lambda l, c, t: c["BK"] % 16 == 0),
+)
+
+
 # Preferred untuned points, big tiles first; the last is valid for every layer of the domain
 # (a 32 x 32 tile of one warp is never oversized, its loads always cover the tile).
 _FALLBACKS = _fallbacks((128, 128, 32, 2, 2, 8, 1), (64, 128, 32, 2, 2, 8, 1),
@@ -89,19 +108,7 @@ class ConvMmaF16(Variant):
     half_storage = True          # reads and writes half; FP32 products and sums (the fp16 math)
 
     constraints = (
-        Constraint("storage_half", "algorithm",
-                   "the operands are the half values an fp16 build stores (weights rounded by "
-                   "set_params, activations stored in half); an FP32 or TF32 build rounds "
-                   "nothing to half",
-                   lambda l, c, t: _half_layer(l)),
-        Constraint("tensor_cores", "hardware",
-                   "mma.sync m16n8k16 in f16 with FP32 accumulation needs an NVIDIA GPU of "
-                   "compute capability %d.%d or newer (its tensor cores)" % MIN_CC,
-                   lambda l, c, t: emulated() or has_tensor_cores(t)),
-        WARP_TILES_WHOLE,
-        Constraint("k_step_whole_mmas", "algorithm",
-                   "a BK-deep step is whole 16-deep mma k-steps (BK a multiple of 16)",
-                   lambda l, c, t: c["BK"] % 16 == 0),
+        *F16_MMA_CONSTRAINTS,
         Constraint("a_load_covers_tile", "algorithm",
                    "the work-group loads the weight tile (BK/2 x BM words of two halves) in "
                    "uint4 vectors, the same number per work-item, so the load needs no bounds "

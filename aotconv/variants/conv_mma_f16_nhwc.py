@@ -40,17 +40,12 @@ from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, cei
     pow2_at_least, round_up
 from .conv_common import conv_sizes, domain_reason, enough_work_groups
 from .conv_igemm import needs_bounds
-from .conv_mma import ACCUMULATORS_FIT, MIN_CC, WARP_TILES_WHOLE, _frags, _wg, emulated, \
-    has_tensor_cores
+from .conv_mma import ACCUMULATORS_FIT, _frags, _wg, emulated
+from .conv_mma_f16 import F16_MMA_CONSTRAINTS, _half_layer
 from .limits import first_valid
 from .residual import with_residual
 
 VEC = 8                              # halves per uint4: the unit of every global load
-
-
-def _half_layer(layer):
-    from ..precision import storage_of
-    return storage_of(layer) == "fp16"
 
 
 def _dims(layer):
@@ -113,19 +108,7 @@ class ConvMmaF16Nhwc(Variant):
     half_storage = True          # reads and writes half; FP32 products and sums (the fp16 math)
 
     constraints = (
-        Constraint("storage_half", "algorithm",
-                   "the operands are the half values an fp16 build stores (weights rounded by "
-                   "set_params, activations stored in half); an FP32 or TF32 build rounds "
-                   "nothing to half",
-                   lambda l, c, t: _half_layer(l)),
-        Constraint("tensor_cores", "hardware",
-                   "mma.sync m16n8k16 in f16 with FP32 accumulation needs an NVIDIA GPU of "
-                   "compute capability %d.%d or newer (its tensor cores)" % MIN_CC,
-                   lambda l, c, t: emulated() or has_tensor_cores(t)),
-        WARP_TILES_WHOLE,
-        Constraint("k_step_whole_mmas", "algorithm",
-                   "a BK-deep step is whole 16-deep mma k-steps (BK a multiple of 16)",
-                   lambda l, c, t: c["BK"] % 16 == 0),
+        *F16_MMA_CONSTRAINTS,
         Constraint("a_load_covers_tile", "algorithm",
                    "the work-group loads the activation tile (BM pixels x BK/8 uint4) in whole "
                    "rounds, each work-item at one fixed 8-channel chunk of its pixels: "
