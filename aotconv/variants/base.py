@@ -24,8 +24,10 @@ tests need to know about it is declared here, in one place:
 """
 from dataclasses import dataclass
 from pathlib import Path
+import functools
 import hashlib
 import itertools
+import threading
 
 from mako.lookup import TemplateLookup
 
@@ -34,6 +36,24 @@ from ..errors import AotconvError
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
 _lookup = TemplateLookup(directories=[str(TEMPLATE_DIR)], strict_undefined=True,
                          input_encoding="utf-8")
+
+
+# Reading a class's source and compiling a template both parse Python with `ast`, which
+# CPython 3.11 cannot do from two threads at once (the tuner's lanes are threads).
+_parse_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _class_source(cls):
+    import inspect
+    return inspect.getsource(cls)
+
+
+def class_source(cls):
+    """The source text of `cls`, read once."""
+    with _parse_lock:
+        return _class_source(cls)
+
 
 LEVELS = ("algorithm", "software", "hardware")
 
@@ -297,7 +317,8 @@ class Variant:
         return {}
 
     def render(self, layer, cfg, prefix):
-        t = _lookup.get_template(self.template)
+        with _parse_lock:
+            t = _lookup.get_template(self.template)
         from ..precision import storage_of
         ns = dict(layer=layer, cfg=cfg.as_dict(), prefix=prefix, attrs=layer.attrs,
                   variant=self.name, storage=storage_of(layer))
@@ -326,8 +347,7 @@ class Variant:
 
     def template_hash(self):
         """Changes whenever the template or this variant's source changes: part of tuning keys."""
-        import inspect
         h = hashlib.sha256()
         h.update((TEMPLATE_DIR / self.template).read_bytes())
-        h.update(inspect.getsource(type(self)).encode())
+        h.update(class_source(type(self)).encode())
         return h.hexdigest()[:16]

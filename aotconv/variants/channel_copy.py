@@ -6,7 +6,7 @@ Both are one flat launch: every output plane reads one input plane (the variant 
 as a C expression of the output channel `o`), and each work-item copies VEC consecutive
 elements of a plane, so reads and writes stay contiguous.
 """
-from .base import Constraint, Knob, ceil_div
+from .base import Constraint, Knob, ceil_div, class_source
 from .flat import Flat, flat_constraints, wg_knob
 
 
@@ -31,8 +31,7 @@ class _ChannelCopy(Flat):
     def template_hash(self):
         # the shared base is part of every subclass's kernel
         import hashlib
-        import inspect
-        return hashlib.sha256((super().template_hash() + inspect.getsource(_ChannelCopy))
+        return hashlib.sha256((super().template_hash() + class_source(_ChannelCopy))
                               .encode()).hexdigest()[:16]
 
     def source_channel(self, layer):

@@ -18,10 +18,9 @@ The NCHW siblings stay first in the registry: every layer's fallback, their reco
 renders untouched.
 """
 import hashlib
-import inspect
 
 from .add import AddDirect
-from .base import Knob
+from .base import Knob, class_source
 from .eltwise import Eltwise
 from .scale import ScaleDirect
 from .pool_nhwc import LAYOUTS
@@ -51,7 +50,7 @@ class _AnyLayout:
         h = hashlib.sha256(super().template_hash().encode())
         for cls in type(self).__mro__[1:]:
             if cls.__module__.startswith("aotconv.variants.") and cls.__name__ != "Variant":
-                h.update(inspect.getsource(cls).encode())
+                h.update(class_source(cls).encode())
         return h.hexdigest()[:16]
 
 
@@ -88,5 +87,5 @@ class ScaleNhwc(ScaleDirect):
 
     def template_hash(self):
         h = hashlib.sha256(super().template_hash().encode())
-        h.update(inspect.getsource(ScaleDirect).encode())
+        h.update(class_source(ScaleDirect).encode())
         return h.hexdigest()[:16]

@@ -217,16 +217,15 @@ def device_constraints(variant, target):
                    f"past the {INDEX_LIMIT} that their 32-bit ints reach",
                    lambda l, c, t: indices_fit(variant, l, c, geo)),
     ]
+    from ..precision import NAMES, STORAGE, allowing, allows, of_target, storage_reason
     wants = getattr(variant, "precision", "fp32")
     if wants != "fp32":
-        from ..precision import NAMES, allowing, allows, of_target
         out.append(Constraint(
             "build.precision", "hardware",
             f"the variant computes in {NAMES[wants]}: only a build of --precision "
             f"{' or '.join(allowing(wants))} runs it (docs/precision.md)",
             lambda l, c, t: allows(of_target(t), wants)))
     if not getattr(variant, "half_storage", False):
-        from ..precision import STORAGE, of_target, storage_reason
         if STORAGE[of_target(target)] == "fp16":
             out.append(Constraint(
                 "build.storage", "hardware", storage_reason(variant) + " (docs/precision.md)",
