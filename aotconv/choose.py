@@ -178,7 +178,7 @@ def choose(net, ctx, *, only=None, **options):
         results = search.tune_network(groups, ctx.target, ctx.measurer(), ctx.store, ctx.device,
                                       budget=ctx.budget, strategy=ctx.strategy, seed=ctx.seed,
                                       progress=ctx.progress, share_by=ctx.share,
-                                      where=ctx.where)
+                                      where=ctx.where, recheck=ctx.recheck)
         source = "tuned"
     else:
         results = search.records_only(groups, ctx.target, ctx.store, ctx.device, borrow=True)

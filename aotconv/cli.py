@@ -141,7 +141,8 @@ def cmd_build(a):
                           strategy=a.strategy, tuning_db=a.tuning_db,
                           require_tuned=a.require_tuned, check=a.check, quiet=a.quiet,
                           json_progress=a.json, jobs=a.jobs, input_shapes=a.input_shape,
-                          binaries=not a.no_binaries, precision=a.precision)
+                          binaries=not a.no_binaries, precision=a.precision,
+                          recheck=a.recheck)
     if res.check_error is not None:
         ok = res.check_error <= 1e-3
         why = ""
@@ -223,6 +224,8 @@ def parser():
     b.add_argument("--strategy", help="search strategy (see `aotconv tune --help`)")
     b.add_argument("--tuning-db", help="an existing JSON-lines file of tuning records to use "
                    "(and to append to when tuning)")
+    from .tune.cli import add_recheck_option
+    add_recheck_option(b)
     b.add_argument("--no-tune", action="store_true", help="use every variant's fallback choice")
     b.add_argument("--records-only", action="store_true",
                    help="use recorded tuning results and fallbacks; measure nothing new")

@@ -69,7 +69,7 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
                     tune_mode="tune", budget=None, strategy=None, tuning_db=None,
                     require_tuned=False, check=False, measure=True, quiet=False, json_progress=False,
                     jobs=None, fuse_pool="measure", input_shapes=None, binaries=True,
-                    precision="fp32"):
+                    precision="fp32", recheck=None):
     """Build the library of `source` (a net.yaml, a shipped network's name or an .onnx model)
     for `target` into `outdir`; the keywords are `aotconv build`'s options. `batch`: None (the
     network's own), a size, or increasing sizes (a list, or the text "1,8,32"): one library
@@ -101,7 +101,7 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
     with BuildContext.make(tgt, mode=tune_mode, tuning_db=tuning_db, budget=budget,
                            strategy=strategy, jobs=jobs, require_tuned=require_tuned,
                            quiet=quiet, json_progress=json_progress,
-                           precision=precision, times=times) as ctx, \
+                           precision=precision, times=times, recheck=recheck) as ctx, \
             OutputDir(outdir, network=net.name, quiet=quiet) as od:
         times.lap("setup")
         log(f"aotconv: {net.name}: {len(net0.layers)} layers ({len(net.layers)} after fusion), "

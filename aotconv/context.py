@@ -54,6 +54,7 @@ class BuildContext:
     require_tuned: bool = False
     share: str = "cost"          # how a network budget is shared: cost | equal
     where: object = None         # parsed `--where` restrictions
+    recheck: int = 3             # recorded points timed again per layer (tune.search.RECHECK)
     progress: object = None      # tune.progress.Progress
     ray: str = None              # measure on a Ray tuning farm: an address, "auto" or "local"
     ray_workers: int = None      # how many of its devices (default: all it offers)
@@ -67,16 +68,17 @@ class BuildContext:
     def make(cls, target="auto", *, mode="tune", tuning_db=None, budget=None, strategy=None,
              seed=0, jobs=None, require_tuned=False, share="cost", where=None, quiet=False,
              json_progress=False, progress=None, measurer=None, ray=None, ray_workers=None,
-             precision="fp32", times=None):
+             precision="fp32", times=None, recheck=None):
         """Look the target's device up and open its records; `target` is a name or a profile.
         With `ray` (default: $AOTCONV_RAY) and mode "tune", start the tuning farm too.
-        `precision`: fp32, tf32 or fp16."""
+        `precision`: fp32, tf32 or fp16. `recheck`: the fastest recorded points of a layer
+        that a search times again (default tune.search.RECHECK; 0: trust the records)."""
         from .buildtime import BuildTimes
         from .space import parse_where
         from .tune import strategies
         from .tune.progress import Progress
         from .tune.records import Store
-        from .tune.search import Clock
+        from .tune.search import Clock, RECHECK
         if mode not in MODES:
             raise AotconvError(f"unknown choice mode '{mode}'; use {', '.join(MODES)}")
         precision = check_precision(precision)
@@ -93,6 +95,7 @@ class BuildContext:
                    budget=Clock.make(budget, profile, start=times and times.start) or budget,
                    strategy=strategy, seed=seed, jobs=jobs, require_tuned=require_tuned,
                    share=share, where=parse_where(where),
+                   recheck=RECHECK if recheck is None else _recheck(recheck),
                    progress=progress or Progress.make(quiet=quiet, json_progress=json_progress),
                    ray=ray, ray_workers=ray_workers, precision=precision,
                    times=times or BuildTimes(), _measurer=measurer)
@@ -192,3 +195,11 @@ def _farm_options(ray, workers):
     if workers is not None and not ray:
         raise AotconvError("--ray-workers needs --ray ADDRESS (or --ray local)")
     return ray, workers
+
+
+def _recheck(n):
+    """A --recheck count, checked."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise AotconvError(f"--recheck {n!r}: give how many recorded points per layer to time "
+                           f"again, 0 or more")
+    return n

@@ -193,7 +193,7 @@ def test_tune_network_restricts_every_layer_space(monkeypatch):
         trace = []
 
     def fake_tune_layer(sp, target, measurer, store, device, strategy, grant, deadline, seed,
-                        progress, layers):
+                        progress, layers, recheck):
         seen[layers[0].name] = sp
         return Stub()
 

@@ -50,6 +50,7 @@ def add_tuning_options(p):
                         f"options as name:key=value,... e.g. annealing:T=6, pso:S=6")
     p.add_argument("--tuning-db", action="append", metavar="FILE",
                    help="extra tuning records to read (and to append to when tuning)")
+    add_recheck_option(p)
     p.add_argument("--jobs", "-j", type=int, help="parallel compiles (default: every core)")
     p.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
@@ -58,6 +59,14 @@ def add_tuning_options(p):
                    help="search only this variant, and of its points only those whose knobs "
                         "take these values, e.g. conv_igemm:VW=4,LAYOUT=NCHW/CHWN "
                         "(repeatable; layers it does not implement are searched as usual)")
+
+
+def add_recheck_option(p):
+    from .search import RECHECK
+    p.add_argument("--recheck", type=int, metavar="N",
+                   help=f"time again, in this run, each layer's N fastest recorded points "
+                        f"before they decide (default {RECHECK}; 0: trust the records' "
+                        f"times; docs/tuning.md)")
 
 
 def _load(load, source, batch):
@@ -117,7 +126,8 @@ def cmd_tune(args, load=None):
     with BuildContext.make(target, mode="tune", budget=args.budget, strategy=args.strategy,
                            tuning_db=args.tuning_db, quiet=args.quiet,
                            json_progress=args.json, jobs=args.jobs, seed=args.seed,
-                           where=getattr(args, "where", None), precision=precision) as ctx:
+                           where=getattr(args, "where", None), precision=precision,
+                           recheck=getattr(args, "recheck", None)) as ctx:
         own, converts = _named_layers(net, ctx, args.layer)
         rows = {}
         choices = choose(net, ctx, only=own) if own is None or own else {}

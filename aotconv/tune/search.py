@@ -27,6 +27,14 @@ Before its strategy runs, a layer measures its fallbacks and the best points of 
 in the records (strategies.seeding: nearest op signatures of the same op on the same device),
 and the `model` strategy starts from a cost model trained on those records.
 
+Rechecks: a record's time comes from another run (another clock state of the device, other
+kernels around it), and of many records of a layer the lowest wins, so a reading that was low
+by chance is kept and chosen. So a search on the device first re-times the layer's `recheck`
+(RECHECK) fastest recorded points before anything else, and after its strategy re-times any
+point among the `recheck` fastest that this run has not timed, while its time lasts: the point
+a build freezes was timed in the same run as the points it beat (the later record of a point
+wins, so the records keep the new time). recheck=0 trusts the records' times.
+
 Lanes: up to `lanes` layer searches run at once, each in a thread of its own (`run_lanes`), so
 that one layer's compiles overlap another's measurements and every device of a farm has work.
 A layer's grant is computed when it starts, from what is left (`Grants`): trials granted to
@@ -538,15 +546,19 @@ def known_outcomes(space, store, target, device):
     return out
 
 
+RECHECK = 3
+
+
 def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=DEFAULT_TRIALS,
                deadline=None, seed=0, progress=None, layers=None, clock=None, library=None,
-               lane=None):
+               lane=None, recheck=RECHECK):
     """Search `space` (a LayerSpace) on the device; records every outcome as it comes.
 
     clock: the build's Clock (its pace cuts batches to the deadline; build times feed its
     reserve); library: a seeding.Library of this device's records, for seeds and a prior;
     lane: the `Lanes` this search runs in beside others (their lock guards the store, the
-    library, the clock and the progress; their stop ends it at its next batch)."""
+    library, the clock and the progress; their stop ends it at its next batch); recheck: how
+    many of the fastest recorded points are timed again in this run (module docstring)."""
     started = time.monotonic()
     layer = space.layer
     layers = layers or [layer]
@@ -561,12 +573,14 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     t0 = time.monotonic()
     state = {"new": 0, "at": None, "first": False}
     runner_s = {}
+    timed = set()                   # the candidates this run has measured
 
     def on_outcome(cand, o):
         with guard:
             if lane is not None and lane.interrupted:
                 return              # the run is going away: a worker killed now is no result
             outcomes[cand] = o
+            timed.add(cand)
             now = time.monotonic()
             if clock is not None and not state["new"]:
                 clock.measured(layer, now - started)
@@ -599,10 +613,14 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
                 zip(cands, measurer.measure(layer, cands, variants, on_outcome))]
 
     known_costs = {grid.index[c]: price(c, o) for c, o in known.items() if c in grid.index}
-    # every variant's fallback first: cheap, diverse starting points, so a small budget
-    # never leaves a layer on a variant that another variant's default beats
-    seeds = [fb] + [Candidate(p.variant.name, cfg) for p in space.parts
-                    if (cfg := fallback_point(layer, p.variant, target)) is not None]
+    # the fastest records first, timed again; then every variant's fallback: cheap, diverse
+    # starting points, so a small budget never leaves a layer on a variant that another
+    # variant's default beats
+    again = [c for c in fastest(known, price, recheck) if c in grid.index]
+    for c in again:
+        del known_costs[grid.index[c]]
+    seeds = again + [fb] + [Candidate(p.variant.name, cfg) for p in space.parts
+                            if (cfg := fallback_point(layer, p.variant, target)) is not None]
     seeds = [c for c in dict.fromkeys(seeds) if c in grid.index][:max(1, trials)]
     seed_idx = [grid.index[c] for c in seeds]
     hints = None
@@ -627,11 +645,38 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
             from .strategies import Exhausted
             if not isinstance(e, Exhausted):
                 raise
+        if again:
+            _recheck(outcomes, timed, price, recheck, grid, measure, deadline)
     valid = [(price(c, o), c) for c, o in outcomes.items() if o.ok]
     best = min(valid, key=lambda x: (x[0], str(x[1])))[1] if valid else None
     return LayerResult(layers, space, best, outcomes.get(best), outcomes, fb,
                        new=state["new"], trials=ev.trials, seconds=time.monotonic() - t0,
                        strategy=strategy, trace=list(ev.trace), runner_s=runner_s)
+
+
+def fastest(outcomes, price, k):
+    """The `k` fastest correct candidates of {Candidate: Outcome} by `price`, fastest first."""
+    ok = sorted((price(c, o), str(c), c) for c, o in outcomes.items() if o.ok)
+    return [c for _, _, c in ok[:max(0, k)]]
+
+
+def _recheck(outcomes, timed, price, k, grid, measure, deadline):
+    """Time again, while the deadline allows, each of the `k` fastest points that this run
+    has not timed (records from other runs), until the `k` fastest were all timed here or
+    2k points were."""
+    from .strategies import Exhausted
+    done = 0
+    while done < 2 * k and (deadline is None or time.monotonic() < deadline):
+        stale = [c for c in fastest(outcomes, price, k) if c not in timed and c in grid.index]
+        if not stale:
+            return
+        stale = stale[:2 * k - done]
+        try:
+            measure([grid.index[c] for c in stale])
+        except Exhausted:
+            return
+        timed.update(stale)         # a point that failed now is not timed again
+        done += len(stale)
 
 
 def seeding_max(trials):
@@ -801,13 +846,15 @@ def run_lanes(n, width, begin, work, end, lanes=None):
 
 
 def tune_network(groups, target, measurer, store, device, *, budget=None, strategy=DEFAULT,
-                 seed=0, progress=None, share_by="cost", where=None, seeding=True, lanes=None):
+                 seed=0, progress=None, share_by="cost", where=None, seeding=True, lanes=None,
+                 recheck=RECHECK):
     """{signature: LayerResult} for each group of identical layers (in network order),
     sharing `budget` by roofline cost times occurrences (share_by="cost") or equally
     (share_by="equal"); `where` ({variant: {knob: values}}, space.parse_where) narrows the
     search. A time budget may be the build's Clock (shared with the build's other searches);
     given as text or a Budget, it starts now. seeding=False: no seeds or prior from similar
-    layers' records. lanes: how many layers are searched at once (lanes_for)."""
+    layers' records. lanes: how many layers are searched at once (lanes_for). recheck: how
+    many of a layer's fastest recorded points it times again (module docstring)."""
     if share_by not in ("cost", "equal"):
         raise AotconvError(f"unknown budget sharing '{share_by}': use cost or equal")
     parse_strategy(strategy)
@@ -850,7 +897,7 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
             with guard:
                 progress.layer_start(i, len(groups), groups[i], spaces[i], grant, deadline)
         r = tune_layer(spaces[i], target, measurer, store, device, strategy, grant, deadline,
-                       seed, progress, layers=groups[i], **extra)
+                       seed, progress, layers=groups[i], recheck=recheck, **extra)
         if progress is not None:
             with guard:
                 progress.layer_done(r)
