@@ -44,6 +44,7 @@ class BuildResult:
     runs: int = 5            # the profiled runs of the library that `profile` is the median of
     sizes: list = None       # several batch sizes: [SizeResult] in increasing order
     check_n: int = None      # and the n between two sizes that --check ran, if any
+    unmeasured: str = None   # why report.md has no times, where the device was present
 
 
 @dataclass
@@ -198,6 +199,9 @@ def _build_into(od, ctx, job, quiet):
     elif job.measure:
         log(f"aotconv: the {ctx.profile.name} device is not present: library built, not run; "
             f"report.md has no measured times", quiet)
+    if not job.measure:
+        res.unmeasured = ("The library was built without running it (its caller, such as "
+                          "`aotconv bench`, times it): no measured times here.")
     write_report(res, stage / "report.md")
     return res
 

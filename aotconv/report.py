@@ -53,11 +53,17 @@ def _measured(res):
                      f"run{'s' if runs != 1 else ''}, OpenCL profiling events; total kernel "
                      f"time **{total:.3f} ms**.")
     else:
-        lines.append("The target's device was not present at build time: no measured times.")
+        lines.append(_unmeasured(res))
     if res.check_error is not None:
         lines.append(f"Output checked against {_against(res)}: max hybrid error "
                      f"{res.check_error:.2e} (tolerance 1e-3).")
     return lines
+
+
+def _unmeasured(res):
+    """Why report.md has no measured times."""
+    return getattr(res, "unmeasured", None) or ("The target's device was not present at "
+                                                "build time: no measured times.")
 
 
 def _against(res):
@@ -79,7 +85,7 @@ def _sizes(res):
         lines.append("Measured on the device through the emitted library, each size with its "
                      "own number of samples: median of 5 runs, OpenCL profiling events.")
     else:
-        lines.append("The target's device was not present at build time: no measured times.")
+        lines.append(_unmeasured(res))
     if res.check_error is not None:
         between = f" and n = {res.check_n} (between two sizes)" if res.check_n else ""
         lines.append(f"Output checked against {_against(res)} at every size{between}: max "

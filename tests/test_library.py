@@ -74,6 +74,9 @@ def test_emitted_files(small):
     h = (out / "small.h").read_text()
     assert "#define AOTCONV_SMALL_INPUT_COUNT 858u" in h
     assert f"#define AOTCONV_SMALL_PARAM_COUNT {res.net.param_count()}u" in h
+    # the device (PoCL) is here, but this build was asked not to run the library
+    report = (out / "report.md").read_text()
+    assert "built without running it" in report and "not present" not in report
 
 
 def test_library_matches_reference(small):
