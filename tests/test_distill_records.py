@@ -87,6 +87,25 @@ def test_distill_keeps_per_layout_the_fastest_and_the_fallback(c3):
     assert dr.distill([("x", r) for r in three], keep=3) == three  # a fixed point
 
 
+def test_a_later_record_of_the_same_kernel_under_another_template_supersedes(c3, tmp_path):
+    """Records of an older template hash still count where their kernel hash is the current
+    one (Key.matches): a rerun of the point under the current template, slower, is the one
+    that counts, and the next fastest takes its place."""
+    a, b, c = (igemm_cfg(c3, "NCHW", w) for w in (1, 2, 4))
+    kernel = {cfg: Key(c3, BY_NAME["conv_igemm"], POCL).kernel(cfg) for cfg in (a, b, c)}
+    old = dict(template="0123456789abcdef")
+    recs = [rec(c3, a, 5.0, fallback=True, kernel=kernel[a]),
+            rec(c3, c, 1.0, kernel=kernel[c], **old),      # older template, the same kernel
+            rec(c3, b, 3.0, kernel=kernel[b], **old),
+            rec(c3, c, 9.0, kernel=kernel[c])]             # c rerun now: slower
+    kept = dr.distill([("x", r) for r in recs], keep=1)
+    # b takes c's place; c's old 1.0 is gone, so nothing reads it as c's time
+    assert [r["time_ms"] for r in kept] == [5.0, 3.0]
+    raw = write(tmp_path / "raw.jsonl", recs)
+    good = write(tmp_path / "good.jsonl", kept)
+    assert dr.check(raw, good, [("x", r) for r in recs], dr.Ops())[0] == []
+
+
 def test_distill_cli_checks_the_choices_and_is_idempotent(c3, tmp_path, capsys):
     raw = write(tmp_path / "raw.jsonl", log(c3))
     out = tmp_path / "out" / "pocl-cpu.jsonl"

@@ -48,6 +48,7 @@ KEEP = 2
 # (the device absent) or by device (present)
 _BASE = ("format", "aotconv", "op", "variant", "template")
 VIEWS = (_BASE + ("target",), _BASE + ("device",))
+_NO_TEMPLATE = {v: tuple(k for k in v if k != "template") for v in VIEWS}
 
 
 class DistillError(AotconvError):
@@ -142,12 +143,21 @@ def distill(records, keep=KEEP, ops=None):
     kept = set()
     last = {}                                       # (view, group, cfg) -> index of its last
     for view in VIEWS:
+        # a record of another template with the same kernel hash is the same point
+        # (Key.matches): a later one supersedes it as a later record of its own template does
+        same = {}
+        for i, r in enumerate(recs):
+            if isinstance(r.get("kernel"), str):
+                same[(_group(r, _NO_TEMPLATE[view]), _cfg_key(r), r["kernel"])] = i
         effective = {}                              # group -> {cfg: index}
         for i, r in enumerate(recs):
             g = _group(r, view)
             effective.setdefault(g, {})[_cfg_key(r)] = i
             last[(view, g, _cfg_key(r))] = i
         for g, by_cfg in effective.items():
+            by_cfg = {c: i for c, i in by_cfg.items()
+                      if not isinstance(recs[i].get("kernel"), str)
+                      or same[(_group(recs[i], _NO_TEMPLATE[view]), c, recs[i]["kernel"])] == i}
             idx = list(by_cfg.values())
             kept.update(i for i in idx if recs[i].get("fallback") is True)
             ok = [i for i in idx if _ok(recs[i])]
@@ -157,9 +167,17 @@ def distill(records, keep=KEEP, ops=None):
             for group in by_layout.values():
                 kept.update(_fastest(recs, group, keep))
     # a cfg kept under one view is seen under the other too: keep its last record there, so
-    # that no view reads an older, superseded record of it
+    # that no view reads an older, superseded record of it; and a record of another template
+    # whose kernel is the same (Key.matches) is the same point: keep the cfg's last record
+    # of any template
+    anyt = {}
+    for i, r in enumerate(recs):
+        for v in VIEWS:
+            anyt[(v, _group(r, _NO_TEMPLATE[v]), _cfg_key(r))] = i
     while True:
         more = {last[(v, _group(recs[i], v), _cfg_key(recs[i]))] for i in kept for v in VIEWS}
+        more |= {anyt[(v, _group(recs[i], _NO_TEMPLATE[v]), _cfg_key(recs[i]))]
+                 for i in kept for v in VIEWS}
         if more <= kept:
             break
         kept |= more
