@@ -101,3 +101,12 @@ def test_a_passed_deadline_stops_the_rechecks_after_the_search(tmp_path):
 def test_a_bad_recheck_count_is_refused(bad):
     with pytest.raises(AotconvError, match="--recheck"):
         BuildContext.make("pocl-cpu", mode="records", recheck=bad)
+
+
+def test_at_most_twice_recheck_recorded_points_are_timed_again(tmp_path):
+    """Ten records, each slower now than every record left: each recheck brings another
+    into the 3 fastest, but no more than 6 recorded points are timed again."""
+    layer, sp, pts, store = setup(tmp_path, {i: 0.1 + 0.01 * i for i in range(10)})
+    m = Table({pts[i]: 1.0 + i for i in range(10)})
+    search.tune_layer(sp, POCL, m, store, None, strategy="random", trials=12)
+    assert len([c for c in m.asked if c in pts[:10]]) == 6

@@ -31,7 +31,8 @@ Rechecks: a record's time comes from another run (another clock state of the dev
 kernels around it), and of many records of a layer the lowest wins, so a reading that was low
 by chance is kept and chosen. So a search on the device first re-times the layer's `recheck`
 (RECHECK) fastest recorded points before anything else, and after its strategy re-times any
-point among the `recheck` fastest that this run has not timed, while its time lasts: the point
+point among the `recheck` fastest that this run has not timed, while its time lasts (2 x
+`recheck` recorded points at most in all): the point
 a build freezes was timed in the same run as the points it beat (the later record of a point
 wins, so the records keep the new time). recheck=0 trusts the records' times.
 
@@ -646,7 +647,8 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
             if not isinstance(e, Exhausted):
                 raise
         if again:
-            _recheck(outcomes, timed, price, recheck, grid, measure, deadline)
+            _recheck(outcomes, timed, price, recheck, grid, measure, deadline,
+                     done=sum(1 for c in known if c in timed))
     valid = [(price(c, o), c) for c, o in outcomes.items() if o.ok]
     best = min(valid, key=lambda x: (x[0], str(x[1])))[1] if valid else None
     return LayerResult(layers, space, best, outcomes.get(best), outcomes, fb,
@@ -660,12 +662,11 @@ def fastest(outcomes, price, k):
     return [c for _, _, c in ok[:max(0, k)]]
 
 
-def _recheck(outcomes, timed, price, k, grid, measure, deadline):
+def _recheck(outcomes, timed, price, k, grid, measure, deadline, done=0):
     """Time again, while the deadline allows, each of the `k` fastest points that this run
     has not timed (records from other runs), until the `k` fastest were all timed here or
-    2k points were."""
+    2k recorded points were (`done` of them already)."""
     from .strategies import Exhausted
-    done = 0
     while done < 2 * k and (deadline is None or time.monotonic() < deadline):
         stale = [c for c in fastest(outcomes, price, k) if c not in timed and c in grid.index]
         if not stale:
