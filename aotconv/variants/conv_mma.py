@@ -70,19 +70,51 @@ def _frags(c):
     return c["BM"] // c["WM"] // 16, c["BN"] // c["WN"] // 8
 
 
-def _b_plan(c):
-    """How the work-group loads the BK x BN input tile: (columns per work-item, rows per
-    work-item, row step). Consecutive work-items take consecutive columns (pixels)."""
-    wg, bn, bk = _wg(c), c["BN"], c["BK"]
+def _b_plan(c, per_word=1):
+    """How the work-group loads the input tile, BK/per_word rows of 32-bit words (per_word
+    consecutive k in a word: 1 in tf32, 2 in f16) by BN columns: (columns per work-item, word
+    rows per work-item, row step). Consecutive work-items take consecutive columns (pixels)."""
+    wg, bn, rows = _wg(c), c["BN"], c["BK"] // per_word
     if wg >= bn:
         step = wg // bn
-        return 1, bk // step, step
-    return bn // wg, bk, 1
+        return 1, rows // step, step
+    return bn // wg, rows, 1
 
 
-def _b_covers(c):
-    wg, bn, bk = _wg(c), c["BN"], c["BK"]
-    return (wg % bn == 0 and bk % (wg // bn) == 0) if wg >= bn else bn % wg == 0
+def _b_covers(c, per_word=1):
+    wg, bn, rows = _wg(c), c["BN"], c["BK"] // per_word
+    return (wg % bn == 0 and rows % (wg // bn) == 0) if wg >= bn else bn % wg == 0
+
+
+def mma_registers(c, per_word=1):
+    """Registers per work-item of the NCHW tensor-core kernels: accumulators, one k-step's
+    fragment words, the prefetched step, column state, ~24."""
+    mi, ni = _frags(c)
+    cols, rows, _ = _b_plan(c, per_word)
+    regs = 4 * mi * ni + 4 * mi + 2 * ni + 3 * cols + 24
+    if c["DBUF"]:
+        regs += c["BK"] // per_word * c["BM"] // _wg(c) + cols * rows
+    return regs
+
+
+def mma_template_params(layer, c, per_word=1):
+    """The sizes the NCHW tensor-core templates read (per_word: k values in a 32-bit word)."""
+    d = conv_sizes(layer)
+    m, npq, crs = _dims(layer)
+    mi, ni = _frags(c)
+    cols, rows, step = _b_plan(c, per_word)
+    d.update(
+        M=m, NPQ=npq, CRS=crs, CRSP=round_up(crs, c["BK"]), MP=round_up(m, c["BM"]),
+        WG=_wg(c), WARPS=c["WM"] * c["WN"], MI=mi, NI=ni,
+        WTM=c["BM"] // c["WM"], WTN=c["BN"] // c["WN"],
+        LDA=c["BM"] + c["PAD"], LDB=c["BN"] + c["PAD"],
+        A_ITERS=c["BK"] // per_word * c["BM"] // (4 * _wg(c)),
+        BCOLS=cols, BROWS=rows, B_ROWSTEP=step,
+        HCHK=needs_bounds(d["H"], d["P"], d["SH"], d["PT"], d["R"], d["DH"]),
+        WCHK=needs_bounds(d["W"], d["Q"], d["SW"], d["PL"], d["S"], d["DW"]),
+        KCHK=crs % c["BK"] != 0, NCHK=npq % c["BN"] != 0, MCHK=m % c["BM"] != 0,
+        EMULATE=emulated(), has_bias=bool(layer.attrs["bias"]))
+    return d
 
 
 def _work_groups(layer, c):
@@ -184,34 +216,11 @@ class ConvMma(Variant):
         return 4 * words * (2 if c["DBUF"] else 1)
 
     def registers(self, layer, cfg):
-        """Accumulators, one k-step's fragments, the prefetched step, column state, ~24."""
-        c = cfg
-        mi, ni = _frags(c)
-        cols, rows, _ = _b_plan(c)
-        regs = 4 * mi * ni + 4 * mi + 2 * ni + 3 * cols + 24
-        if c["DBUF"]:
-            regs += c["BK"] * c["BM"] // _wg(c) + cols * rows
-        return regs
+        return mma_registers(cfg)
 
     # -- code -----------------------------------------------------------------------------------
     def template_params(self, layer, cfg):
-        d = conv_sizes(layer)
-        c = cfg
-        m, npq, crs = _dims(layer)
-        mi, ni = _frags(c)
-        cols, rows, step = _b_plan(c)
-        d.update(
-            M=m, NPQ=npq, CRS=crs, CRSP=round_up(crs, c["BK"]), MP=round_up(m, c["BM"]),
-            WG=_wg(c), WARPS=c["WM"] * c["WN"], MI=mi, NI=ni,
-            WTM=c["BM"] // c["WM"], WTN=c["BN"] // c["WN"],
-            LDA=c["BM"] + c["PAD"], LDB=c["BN"] + c["PAD"],
-            A_ITERS=c["BK"] * c["BM"] // (4 * _wg(c)),
-            BCOLS=cols, BROWS=rows, B_ROWSTEP=step,
-            HCHK=needs_bounds(d["H"], d["P"], d["SH"], d["PT"], d["R"], d["DH"]),
-            WCHK=needs_bounds(d["W"], d["Q"], d["SW"], d["PL"], d["S"], d["DW"]),
-            KCHK=crs % c["BK"] != 0, NCHK=npq % c["BN"] != 0, MCHK=m % c["BM"] != 0,
-            EMULATE=emulated(), has_bias=bool(layer.attrs["bias"]))
-        return d
+        return mma_template_params(layer, cfg)
 
     def buffers(self, layer, cfg):
         m, _, crs = _dims(layer)

@@ -45,11 +45,10 @@ residual add; half storage.
 """
 from .base import Variant, Constraint, Launch, In, Out, Param, Buffer, ceil_div, \
     pow2_at_least, round_up
-from .conv_common import conv_sizes, domain_reason, enough_work_groups
-from .conv_igemm import needs_bounds
+from .conv_common import domain_reason, enough_work_groups
 from .conv_mma import ACCUMULATORS_FIT, MIN_CC, M_TILE_NOT_OVERSIZED, N_TILE_NOT_OVERSIZED, \
-    WARP_TILES_WHOLE, _dims, _fallbacks, _frags, _wg, _work_groups, emulated, \
-    has_tensor_cores, mma_knobs
+    WARP_TILES_WHOLE, _b_covers, _dims, _fallbacks, _wg, _work_groups, emulated, \
+    has_tensor_cores, mma_knobs, mma_registers, mma_template_params
 from .limits import first_valid
 from .residual import with_residual
 
@@ -57,22 +56,6 @@ from .residual import with_residual
 def _half_layer(layer):
     from ..precision import storage_of
     return storage_of(layer) == "fp16"
-
-
-def _b_plan(c):
-    """How the work-group loads the input tile, BK/2 rows of words (two halves consecutive in
-    k) by BN columns: (columns per work-item, word rows per work-item, row step). Consecutive
-    work-items take consecutive columns (pixels)."""
-    wg, bn, rows = _wg(c), c["BN"], c["BK"] // 2
-    if wg >= bn:
-        step = wg // bn
-        return 1, rows // step, step
-    return bn // wg, rows, 1
-
-
-def _b_covers(c):
-    wg, bn, rows = _wg(c), c["BN"], c["BK"] // 2
-    return (wg % bn == 0 and rows % (wg // bn) == 0) if wg >= bn else bn % wg == 0
 
 
 # What every f16 tensor-core variant asks (conv_mma_f16 and its channels-last sibling): half
@@ -118,7 +101,7 @@ class ConvMmaF16(Variant):
                    "each work-item loads fixed columns of the input tile (BK/2 rows of words "
                    "by BN), the same count each: the work-group size and the tile width must "
                    "divide",
-                   lambda l, c, t: _b_covers(c)),
+                   lambda l, c, t: _b_covers(c, 2)),
         M_TILE_NOT_OVERSIZED,
         N_TILE_NOT_OVERSIZED,
         Constraint("k_tile_not_oversized", "software",
@@ -153,34 +136,12 @@ class ConvMmaF16(Variant):
         return 4 * words * (2 if c["DBUF"] else 1)
 
     def registers(self, layer, cfg):
-        """Accumulators, one k-step's fragment words, the prefetched step, column state, ~24."""
-        c = cfg
-        mi, ni = _frags(c)
-        cols, rows, _ = _b_plan(c)
-        regs = 4 * mi * ni + 4 * mi + 2 * ni + 3 * cols + 24
-        if c["DBUF"]:
-            regs += c["BK"] // 2 * c["BM"] // _wg(c) + cols * rows
-        return regs
+        return mma_registers(cfg, per_word=2)          # two halves of k in a word
 
     # -- code -----------------------------------------------------------------------------------
     def template_params(self, layer, cfg):
-        d = conv_sizes(layer)
-        c = cfg
-        m, npq, crs = _dims(layer)
-        mi, ni = _frags(c)
-        cols, rows, step = _b_plan(c)
-        d.update(
-            M=m, NPQ=npq, CRS=crs, CRSP=round_up(crs, c["BK"]), MP=round_up(m, c["BM"]),
-            WG=_wg(c), WARPS=c["WM"] * c["WN"], MI=mi, NI=ni,
-            WTM=c["BM"] // c["WM"], WTN=c["BN"] // c["WN"],
-            LDA=c["BM"] + c["PAD"], LDB=c["BN"] + c["PAD"],
-            A_ITERS=c["BK"] // 2 * c["BM"] // (4 * _wg(c)),
-            BCOLS=cols, BROWS=rows, B_ROWSTEP=step,
-            HCHK=needs_bounds(d["H"], d["P"], d["SH"], d["PT"], d["R"], d["DH"]),
-            WCHK=needs_bounds(d["W"], d["Q"], d["SW"], d["PL"], d["S"], d["DW"]),
-            KCHK=crs % c["BK"] != 0, NCHK=npq % c["BN"] != 0, MCHK=m % c["BM"] != 0,
-            PAIRS=d["P"] * d["Q"] % 2 == 0,
-            EMULATE=emulated(), has_bias=bool(layer.attrs["bias"]))
+        d = mma_template_params(layer, cfg, per_word=2)
+        d["PAIRS"] = d["P"] * d["Q"] % 2 == 0
         return d
 
     def buffers(self, layer, cfg):
