@@ -171,6 +171,15 @@ def run_layer(layer, variant, cfg, inputs, params, target=None, ctx=None):
     return r.read_output()
 
 
+def verify_point(ctx, queue, layer, variant, cfg, inputs, params):
+    """Check one point as the tuner does (protocol.Kernel against protocol.Reference: inputs
+    in the variant's layout, the output read back from it); the check's dict, "ok" among its
+    keys."""
+    from . import protocol
+    k = protocol.Kernel(ctx, queue, layer, variant, cfg, inputs, params)
+    return protocol.verify(k, protocol.Reference(layer, inputs, params))[0]
+
+
 def random_inputs(layer, rng):
     """Fresh random data (never zeros) for a layer's inputs and parameters."""
     from .reference import random_params

@@ -314,8 +314,7 @@ def test_against_reference(cl_ctx, lid, point):
     layer = layer_of(lid)
     c = point or DWN.fallback(layer, POCL)
     xs, prm = data_of(lid)
-    k = protocol.Kernel(*cl_ctx, layer, DWN, c, xs, prm)
-    check, _ = protocol.verify(k, protocol.Reference(layer, xs, prm))
+    check = harness.verify_point(*cl_ctx, layer, DWN, c, xs, prm)
     assert check["ok"], f"conv_dw_nhwc [{c}] on {lid}: {check}"
 
 

@@ -11,7 +11,7 @@ mul.
 import numpy as np
 import pytest
 
-from aotconv import harness, ops, protocol, reference
+from aotconv import harness, ops, reference
 from aotconv.choose import fallback_choice
 from aotconv.graph import Layer
 from aotconv.layouts import layout_capable
@@ -128,5 +128,4 @@ def test_against_reference(cl_ctx, cid, layout):
     want = reference.forward(l, xs, prm)
     ok, err = harness.close(reference.from_layout(out.ravel(), layout, l.out_shape), want)
     assert ok, (cid, layout, err)
-    k = protocol.Kernel(*cl_ctx, l, v, c, xs, prm)          # and through the tuner's protocol
-    assert protocol.verify(k, protocol.Reference(l, xs, prm))[0]["ok"]
+    assert harness.verify_point(*cl_ctx, l, v, c, xs, prm)["ok"]   # and as the tuner checks

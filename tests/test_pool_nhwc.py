@@ -240,8 +240,7 @@ def test_pool_against_reference(cl_ctx, lid, point):
     p = layer_of(lid)
     c = point or POOL.fallback(p, POCL)
     xs, prm = data_of(lid)
-    k = protocol.Kernel(*cl_ctx, p, POOL, c, xs, prm)
-    check, _ = protocol.verify(k, protocol.Reference(p, xs, prm))
+    check = harness.verify_point(*cl_ctx, p, POOL, c, xs, prm)
     assert check["ok"], f"pool_nhwc [{c}] on {lid}: {check}"
 
 
@@ -271,8 +270,7 @@ def test_global_avgpool_against_reference(cl_ctx, shape, point):
     g = layer("global_avgpool", shape)
     assert point_ok(g, GAP, point, POCL)
     xs, prm = harness.random_inputs(g, np.random.default_rng(11))
-    k = protocol.Kernel(*cl_ctx, g, GAP, point, xs, prm)
-    check, _ = protocol.verify(k, protocol.Reference(g, xs, prm))
+    check = harness.verify_point(*cl_ctx, g, GAP, point, xs, prm)
     assert check["ok"], check
     # the output as the reader takes it: NCHW, whatever the input's layout
     stored = reference.to_layout(xs[0], point["LAYOUT"]).reshape(shape)
