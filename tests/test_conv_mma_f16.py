@@ -25,10 +25,9 @@ import zlib
 import numpy as np
 import pytest
 
-from aotconv import cli, harness, ops, protocol, reference
+from aotconv import cli, harness, ops, protocol
 from aotconv.context import with_precision
 from aotconv.graph import Layer
-from aotconv.precision import round_fp16
 from aotconv.space import fallback_point, layer_space, variant_space
 from aotconv.targets import TARGETS
 from aotconv.tune.measure import Outcome, Status
@@ -37,6 +36,7 @@ from aotconv.tune.search import records_only
 from aotconv.variants import BY_NAME
 from aotconv.variants.base import Config
 from aotconv.variants.conv_mma import EMULATE_ENV
+from half_helpers import check_half_output, emulated  # noqa: F401 (emulated: a fixture)
 
 F16 = BY_NAME["conv_mma_f16"]
 TF32 = BY_NAME["conv_mma"]
@@ -330,35 +330,9 @@ def case(lid):
     return layer, xs, prm
 
 
-def half_model(layer, xs, prm):
-    """The float64 convolution of the operands as the device holds them (every input and
-    parameter rounded to half), its output rounded to half: what the kernel stores, up to
-    the FP32 sums' order."""
-    p = {k: round_fp16(v) for k, v in prm.items()}
-    return round_fp16(reference.forward(layer, [round_fp16(x) for x in xs], p))
-
-
 def check_point(layer, xs, prm, cfg, target, ctx):
     out = harness.run_layer(layer, F16, cfg, xs, prm, target=target, ctx=ctx)
-    got = protocol.Reference(layer, xs, prm).check(out)
-    assert got["ok"], f"[{cfg}]: scaled error {got['error']:.3g} beyond the half tolerance"
-    # one half ulp where FP32 sums in another order fall on the other side of a rounding
-    model = half_model(layer, xs, prm)
-    ok, err = harness.close(out, model, 2.0 ** -10)
-    assert ok, f"[{cfg}]: {err:.3g} from the half model"
-    assert np.mean(out == model) > 0.98, f"[{cfg}]: {np.mean(out != model):.3%} not the model's"
-    assert np.array_equal(out, out.astype(np.float16).astype(np.float32))
-    return out
-
-
-@pytest.fixture
-def emulated(monkeypatch):
-    monkeypatch.setenv(EMULATE_ENV, "1")
-    try:
-        ctx, queue, _ = harness.context_for(POCL)
-    except Exception as e:                          # no PoCL: the device tier is skipped
-        pytest.skip(f"PoCL not available: {e}")
-    return with_precision(POCL, "fp16"), (ctx, queue)
+    return check_half_output(layer, xs, prm, cfg, out)
 
 
 @pytest.mark.parametrize("lid", [pytest.param(lid, marks=pytest.mark.slow) if lid in SLOW
