@@ -40,6 +40,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from .harness import BUILD_OPTIONS
@@ -186,12 +187,18 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
                     f"run() compiles PoCL's work-group functions")
                 warm, warmed = False, 0
 
+    t0 = time.monotonic()
     joined, why = (build(joined_source(sources, sections)) if len(sources) > 1
                    else (None, "a single program"))
+    log(f"aotconv: programs: the joined program {'built' if joined is not None else 'tried'} "
+        f"on {dev_name} in {time.monotonic() - t0:.1f} s")
     if joined is not None:
         if binaries:
             warmed_up({i: joined for i in range(len(programs))})
+        t0 = time.monotonic()
         blobs = (native.binary(joined),) if binaries else ()
+        if binaries:
+            log(f"aotconv: programs: its binary ({native.what()}) in {time.monotonic() - t0:.1f} s")
         how = "one program for the network"
     else:
         if len(sources) > 1:

@@ -178,7 +178,9 @@ def _build_into(od, ctx, job, quiet):
         flat = job.flat if job.flat is not None else \
             params_mod.random_params(job.net0, seed=job.seed)
         params_mod.write_bin(stage / f"{c_ident(sch.net.name)}.params.bin", flat)
+        t0 = time.monotonic()
         ninja_build(stage)
+        log(f"aotconv: library: compiled and linked in {time.monotonic() - t0:.1f} s", quiet)
 
     res = BuildResult(od.path, sch.net, sch, ctx.profile, programs=plan, times=ctx.times)
     if job.ranged:
