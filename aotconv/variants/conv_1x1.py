@@ -105,8 +105,11 @@ class Conv1x1(Variant):
                            lambda c: _work_groups(layer, c))
 
     def local_mem_bytes(self, layer, cfg):
+        """Exactly what the template declares: Al[KB * LDA] floats (LDA = MBLK + 1) and
+        Bl4[KB * LDB / VW] VW-wide vectors (LDB = NBLK)."""
         mblk, nblk = _tile(cfg)
-        return 4 * cfg["KB"] * ((mblk + 1) + nblk)
+        kb, vw = cfg["KB"], cfg["VW"]
+        return 4 * kb * (mblk + 1) + 4 * vw * (kb * nblk // vw)
 
     def registers(self, layer, cfg):
         """Accumulators, one k-slice of operands, load offsets, ~20 of state."""

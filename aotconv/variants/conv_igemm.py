@@ -271,9 +271,15 @@ class ConvIgemm(Variant):
                            lambda c: _work_groups(layer, c))
 
     def local_mem_bytes(self, layer, cfg):
+        """Exactly what the template declares: NBUF weight tiles [KBLK][MBLK] and input tiles
+        [KBLK][NBLK + LPAD] as float4 arrays (Abuf4: NBUF * A_SIZE / 4, Bbuf4 rounded up to whole
+        float4s) and, with split-K, the int counting the slices arrived at the tile (ptxas
+        counts all of it against the 48 KiB of static shared memory)."""
         c = cfg
-        words = c["KBLK"] * (c["MBLK"] + c["NBLK"] + c["LPAD"])
-        return 4 * words * (2 if c["DBUF"] else 1)
+        nbuf = 2 if c["DBUF"] else 1
+        a4 = nbuf * c["KBLK"] * c["MBLK"] // 4
+        b4 = ceil_div(nbuf * c["KBLK"] * (c["NBLK"] + c["LPAD"]), 4)
+        return 16 * (a4 + b4) + (4 if c["KSPLIT"] > 1 else 0)
 
     def registers(self, layer, cfg):
         """Accumulators, one k-slice of operands, the prefetched tile, column indices, ~20."""

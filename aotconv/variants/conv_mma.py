@@ -211,9 +211,15 @@ class ConvMma(Variant):
         return first_valid(self, layer, target, _FALLBACKS, lambda c: _work_groups(layer, c))
 
     def local_mem_bytes(self, layer, cfg):
+        """Exactly what the template declares: NBUF weight tiles [BK][BM + PAD] and input tiles
+        [BK][BN + PAD] as float4 arrays (Abuf4: NBUF * A_SIZE / 4, Bbuf4 rounded up to whole
+        float4s) and, where the mma is emulated, its fragment exchange (192 floats a warp)."""
         c = cfg
-        words = c["BK"] * (c["BM"] + c["PAD"] + c["BN"] + c["PAD"])
-        return 4 * words * (2 if c["DBUF"] else 1)
+        nbuf = 2 if c["DBUF"] else 1
+        a4 = nbuf * c["BK"] * (c["BM"] + c["PAD"]) // 4
+        b4 = ceil_div(nbuf * c["BK"] * (c["BN"] + c["PAD"]), 4)
+        exchange = c["WM"] * c["WN"] * 192 if emulated() else 0
+        return 16 * (a4 + b4) + 4 * exchange
 
     def registers(self, layer, cfg):
         return mma_registers(cfg)

@@ -130,10 +130,16 @@ class ConvMmaF16(Variant):
         return first_valid(self, layer, target, _FALLBACKS, lambda c: _work_groups(layer, c))
 
     def local_mem_bytes(self, layer, cfg):
-        """The tiles hold words of two halves: half the bytes of float tiles of the same BK."""
+        """Exactly what the template declares: the tiles hold words of two halves, NBUF weight
+        tiles [BK/2][BM + PAD] and input tiles [BK/2][BN + PAD] as uint4 arrays (Abuf4:
+        NBUF * A_SIZE / 4, Bbuf4 rounded up to whole uint4s) and, where the mma is emulated,
+        its fragment exchange (192 words a warp)."""
         c = cfg
-        words = c["BK"] // 2 * (c["BM"] + c["PAD"] + c["BN"] + c["PAD"])
-        return 4 * words * (2 if c["DBUF"] else 1)
+        nbuf, kp = (2 if c["DBUF"] else 1), c["BK"] // 2
+        a4 = nbuf * kp * (c["BM"] + c["PAD"]) // 4
+        b4 = ceil_div(nbuf * kp * (c["BN"] + c["PAD"]), 4)
+        exchange = c["WM"] * c["WN"] * 192 if emulated() else 0
+        return 16 * (a4 + b4) + 4 * exchange
 
     def registers(self, layer, cfg):
         return mma_registers(cfg, per_word=2)          # two halves of k in a word

@@ -176,10 +176,11 @@ class ConvMmaF16Nhwc(Variant):
         return first_valid(self, layer, target, _FALLBACKS, lambda c: _work_groups(layer, c))
 
     def local_mem_bytes(self, layer, cfg):
-        """The stages of both tiles in words of two halves, and where the mma is emulated its
-        fragment exchange (192 words a warp) and ldmatrix's address exchange (32 a warp)."""
+        """Exactly what the template declares: the stages of both tiles in words of two halves
+        as a uint4 array (smem4: NBUF * STAGE / 4), and where the mma is emulated its fragment
+        exchange (192 words a warp) and ldmatrix's address exchange (32 a warp)."""
         c = cfg
-        words = (c["BM"] + c["BN"]) * _ld(c) * _stages(c)
+        words = (c["BM"] + c["BN"]) * _ld(c) * _stages(c) // 4 * 4
         if emulated():
             words += c["WM"] * c["WN"] * (192 + (32 if c["LDSM"] else 0))
         return 4 * words
