@@ -8,7 +8,7 @@ point through that the device compiler then refuses (ptxas: "uses too much share
 (0xc004 bytes, 0xc000 max)" for a conv_igemm point whose tiles were exactly 48 KiB and whose
 split-K flag was not counted), and a library built from it loses its embedded binary.
 
-Device-free: the point that ptxas refused is now pruned on the h100 profile by the local
+Device-free: the point that ptxas refused is pruned on the h100 profile by the local
 memory limit alone, and every variant whose template declares local memory is in the device
 check below. Device (PoCL): for each of those variants, a few points of its pruned space on
 representative layers (the largest estimate, the knob values that change the declarations,
