@@ -121,9 +121,18 @@ def memory_of(sch):
     return by
 
 
+_OCTAL = tuple(f"\\{b:03o}" for b in range(256))
+
+
 def binary_array(blob):
-    """A C array initializer of `blob`'s bytes, 24 to a line."""
-    return ",\n".join(",".join(str(b) for b in blob[i:i + 24]) for i in range(0, len(blob), 24))
+    """A C initializer of `blob`'s bytes: string literals of three-digit octal escapes, 32
+    bytes to a line (a C array of exactly len(blob) chars takes no terminating NUL). A
+    compiler reads a literal an order of magnitude faster than a list of numbers: megabytes of
+    a cubin in a fraction of a second, not seconds."""
+    if not blob:
+        return '""'
+    return "\n".join('"' + "".join(_OCTAL[b] for b in blob[i:i + 32]) + '"'
+                     for i in range(0, len(blob), 32))
 
 
 def library_of(sch):
@@ -217,8 +226,8 @@ def _binaries_text(name, blobs, programs):
              f"included by {name}.c. */", ""]
     for i, b in enumerate(blobs):
         if b:
-            lines += [f"static const unsigned char binary_{i}[{len(b)}] = {{",
-                      binary_array(b), "};", ""]
+            lines += [f"static const unsigned char binary_{i}[{len(b)}] =",
+                      binary_array(b) + ";", ""]
     lines.append("static const aotrt_binary binaries[] = {")
     lines += [f"    {{binary_{i}, {len(b)}u}}," if b else "    {0, 0}," for i, b in enumerate(blobs)]
     lines += ["};", ""]

@@ -114,3 +114,23 @@ def test_an_nvidia_driver_without_the_capability_query_embeds_ptx(monkeypatch):
     monkeypatch.setattr(binaries, "_binary", lambda prog: b"// PTX")
     n = binaries.Native(_Dev("NVIDIA Corporation", None), None)
     assert n.arch is None and n.binary(object()) == b"// PTX"
+
+
+def test_an_embedded_binary_compiles_to_its_exact_bytes(tmp_path):
+    """emit.binary_array: every byte value, quotes, backslashes, '?' runs (trigraphs in C11)
+    and a length that is not a whole line come back out of the compiled array unchanged."""
+    import shutil
+    import subprocess
+    from aotconv.emit import binary_array
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    blob = bytes(range(256)) * 3 + b'??=??/"\\\0' + bytes(range(255, -1, -7))
+    src = tmp_path / "blob.c"
+    src.write_text(
+        "#include <stdio.h>\n"
+        f"static const unsigned char blob[{len(blob)}] =\n{binary_array(blob)};\n"
+        "int main(void) { fwrite(blob, 1, sizeof blob, stdout); return 0; }\n")
+    exe = tmp_path / "blob"
+    subprocess.run([cc, "-std=c11", "-Wall", "-Werror", str(src), "-o", str(exe)], check=True)
+    assert subprocess.run([str(exe)], capture_output=True, check=True).stdout == blob
