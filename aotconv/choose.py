@@ -144,7 +144,7 @@ def _choice_of(result, source):
     return Choice(result.best.variant, result.best.cfg, result.best_outcome.time_ms, source, st)
 
 
-def choose(net, ctx, *, only=None, **options):
+def choose(net, ctx, *, only=None, layouts=None, **options):
     """{layer name: Choice} for every layer that runs a kernel (aliases excluded).
 
     `ctx` is a BuildContext (aotconv.context), or a target (name or profile) with the
@@ -156,11 +156,13 @@ def choose(net, ctx, *, only=None, **options):
     unique layers by roofline cost (share="cost": the network's time) or equally
     (share="equal": independent layers each judged on its own, as the benchmark sets are);
     `where` restrictions narrow the search to some variants and knob values (records and
-    fallbacks are unaffected).
+    fallbacks are unaffected). `layouts` ({layer name: (read, write)}) searches those layers
+    only in points that store their input and output as those layouts do (the layout plan's
+    refinement, aotconv.layouts).
     """
     if not isinstance(ctx, BuildContext):
         with BuildContext.make(ctx, **options) as own:
-            return choose(net, own, only=only)
+            return choose(net, own, only=only, layouts=layouts)
     if options:
         raise TypeError(f"choose() with a BuildContext takes no options: {', '.join(options)}")
     layers = [l for l in net.layers if not is_alias(l) and (only is None or l.name in only)]
@@ -178,7 +180,8 @@ def choose(net, ctx, *, only=None, **options):
         results = search.tune_network(groups, ctx.target, ctx.measurer(), ctx.store, ctx.device,
                                       budget=ctx.budget, strategy=ctx.strategy, seed=ctx.seed,
                                       progress=ctx.progress, share_by=ctx.share,
-                                      where=ctx.where, recheck=ctx.recheck)
+                                      where=ctx.where, recheck=ctx.recheck,
+                                      layouts=_by_signature(net, layouts))
         source = "tuned"
     else:
         results = search.records_only(groups, ctx.target, ctx.store, ctx.device, borrow=True)
@@ -209,6 +212,13 @@ def choose(net, ctx, *, only=None, **options):
                                            "--require-tuned refuses the untuned fallback"))
         ctx.progress.warn(msg)
     return {l.name: out[l.name] for l in layers}
+
+
+def _by_signature(net, layouts):
+    """{signature: (read, write)} of choose's `layouts` ({layer name: (read, write)})."""
+    if not layouts:
+        return None
+    return {l.signature_str(): rw for l in net.layers if (rw := layouts.get(l.name))}
 
 
 def _tune_command(net, ctx):

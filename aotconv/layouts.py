@@ -236,12 +236,15 @@ class LayoutPlan:
     independent_ms: float = None       # the tuner's per-layer picks plus the conversions they need
     planned_ms: float = None           # the plan's picks plus its conversions
     conversion_costs: dict = field(default_factory=dict)   # "shape src->dst" -> (ms, source)
+    refined: list = field(default_factory=list)  # [dict(layer, layouts, before_ms, after_ms)]:
+                                       # searched again in the layouts the plan gave them
 
     def as_dict(self):
         return dict(layers_with_alternatives=self.alternatives, changed=self.changed,
                     independent_ms=self.independent_ms, planned_ms=self.planned_ms,
                     conversion_costs={k: {"ms": v[0], "source": v[1]}
-                                      for k, v in self.conversion_costs.items()})
+                                      for k, v in self.conversion_costs.items()},
+                    refined=self.refined)
 
 
 def _time(layer, c, target=None):
@@ -386,6 +389,53 @@ def needed_conversions(net, choices):
 # pricing the conversions its plan needs that have no record as not to be planned
 STRICT_REPLANS = 4
 
+# The refinement (plan_network): a layer the plan moved to another layout is searched again in
+# that layout where its planned kernel is slower than its own search's pick by more than
+# REFINE_MARGIN of it and REFINE_MIN_MS. Its search measured the other layouts only where its
+# strategy happened to go: on the H100, ResNet-50 b1's fused layer4 1x1 convs had their best
+# NHWC point at 16.8 us and, measured in NCHW (which their neighbours chose), 7 points, the
+# best at 32.2 us.
+REFINE_MARGIN = 0.10
+REFINE_MIN_MS = 0.002
+REFINE_TRIALS = 8                  # at least, of a trial budget, per layer searched again
+
+
+def refinable(net, choices, planned, target=None):
+    """{layer name: (read, write)}: the layers whose planned choice is in another layout than
+    their search's pick and slower than it by more than REFINE_MARGIN and REFINE_MIN_MS (both
+    measured, launches priced), with the layouts the plan gave them."""
+    out = {}
+    for l in net.layers:
+        a, b = choices.get(l.name), planned.get(l.name)
+        if a is None or b is None or a is b or a.time_ms is None or b.time_ms is None:
+            continue
+        rw = layouts_of(l, b)
+        if rw == layouts_of(l, a):
+            continue
+        ta, tb = _time(l, a, target), _time(l, b, target)
+        if tb - ta > max(REFINE_MARGIN * ta, REFINE_MIN_MS):
+            out[l.name] = rw
+    return out
+
+
+def _refine_context(ctx, net, todo, choices):
+    """The BuildContext the refinement searches `todo` ({layer: layouts}) with, or None where a
+    time budget has no room for them: a trial budget grants each layer what the network's
+    search granted it (REFINE_TRIALS at least); a time budget's clock is shared, as the fusion
+    searches share it."""
+    from dataclasses import replace
+    from .tune.search import Clock, parse_budget, unique_layers
+    budget = ctx.budget
+    layers = [l for l in net.layers if l.name in todo]
+    if isinstance(budget, Clock):
+        return ctx if budget.affords([g[0] for g in unique_layers(layers)]) else None
+    b = parse_budget(budget) if budget is not None else None
+    if b is None or b.kind != "trials":
+        return ctx
+    groups = unique_layers(layers)
+    return replace(ctx, budget=str(sum(max(REFINE_TRIALS, choices[g[0].name].stats.trials)
+                                       for g in groups)))
+
 
 def plan_network(net, choices, ctx, measure_conversions=True):
     """The layouts of `net` after choose: (choices, LayoutPlan), with the BuildContext `ctx`.
@@ -411,15 +461,34 @@ def plan_network(net, choices, ctx, measure_conversions=True):
     if not any(len(v) > 1 for v in opts.values()):
         return dict(choices), LayoutPlan()
     out, rep = plan(net, choices, opts, cost, ctx.profile)
-    if choose_fn is not None:
+
+    def measure_conversions_needed():
         # plan on estimates, then measure only the conversions that plan needs and plan again
         # (measuring every conversion a layer could need cost VGG-16 32 tunings for none used)
+        nonlocal out, rep
         for _ in range(STRICT_REPLANS if strict else 1):
             keys = [k for k in needed_conversions(net, out) if k not in cost.measured]
             if not keys:
                 break
             cost.prepare(keys, choose_fn, unrecorded=math.inf if strict else None)
             out, rep = plan(net, choices, opts, cost, ctx.profile)
+    if choose_fn is not None:
+        measure_conversions_needed()
+    refined = []
+    todo = refinable(net, choices, out, ctx.profile) if ctx.tuning and choose_fn else {}
+    sub = _refine_context(ctx, net, todo, choices) if todo else None
+    if sub is not None:
+        # the layers the plan moved to a slower kernel, searched again in the layouts it gave
+        # them; their new points are records, which the options and the plan read again
+        before = {n: _time(net.layer(n), out[n], ctx.profile) for n in todo}
+        choose(net, sub, only=list(todo), layouts=todo)
+        opts = layout_options(net, choices, ctx)
+        out, rep = plan(net, choices, opts, cost, ctx.profile)
+        measure_conversions_needed()
+        refined = [dict(layer=n, layouts=list(todo[n]), before_ms=round(before[n], 6),
+                        after_ms=round(_time(net.layer(n), out[n], ctx.profile), 6))
+                   for n in todo]
+    rep.refined = refined
     for f in ("independent_ms", "planned_ms"):
         if not math.isfinite(getattr(rep, f) or 0.0):
             setattr(rep, f, None)          # a plan through a conversion with no record

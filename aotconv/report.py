@@ -284,5 +284,10 @@ def _fusion_and_layouts(sch, level="##"):
             out.append(f"- {c['layer']}: {c['tuned']['variant']} {'/'.join(c['tuned']['layouts'])} "
                        f"({_ms(c['tuned']['ms'])} ms) -> {c['planned']['variant']} "
                        f"{'/'.join(c['planned']['layouts'])} ({_ms(c['planned']['ms'])} ms)")
+        if getattr(lp, "refined", None):
+            out.append("Searched again in the layouts the plan gave them (their kernel there was "
+                       "much slower than their search's pick):")
+            out += [f"- {r['layer']} in {'/'.join(r['layouts'])}: {_ms(r['before_ms'])} -> "
+                    f"{_ms(r['after_ms'])} ms" for r in lp.refined]
     out.append("")
     return out

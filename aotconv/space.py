@@ -220,6 +220,41 @@ def restrict(space, where):
     return LayerSpace(space.layer, space.target, parts, space.unsupported)
 
 
+def restrict_layouts(space, read, write):
+    """`space` narrowed to the points that read their input and write their output stored as
+    `read` and `write` store them (layouts.same_storage: at batch 1, CHWN is NCHW): the layout
+    plan's refinement searches a layer in the layouts its neighbours chose. A variant with a
+    LAYOUT knob keeps the values that do; one without keeps its whole part or none. A space
+    with no such point is returned whole (nothing to narrow to)."""
+    from .layouts import same_storage
+    layer = space.layer
+
+    def fits(lay):
+        r, w = lay
+        return same_storage(layer.in_shape, r, read) and same_storage(layer.out_shape, w, write)
+    parts = []
+    for p in space.parts:
+        names = [k.name for k in p.knobs]
+        if "LAYOUT" in names:
+            knob = p.knobs[names.index("LAYOUT")]
+            vals = tuple(str(v) for v in knob.values
+                         if fits(p.variant.layouts_of(layer, {"LAYOUT": v})))
+            if not vals:
+                continue
+            pts = _where_points(p, {"LAYOUT": vals})
+        else:
+            first = Candidates([(p.variant.name, p.points)])
+            if not len(first) or not fits(p.variant.layouts_of(layer, first[0].cfg)):
+                continue
+            pts = p.points
+        if len(pts):
+            parts.append(VariantSpace(p.variant, p.knobs, p.total, pts, p.constraints, p.first,
+                                      p.alone, p.errors, p.enumerated))
+    if not parts:
+        return space
+    return LayerSpace(space.layer, space.target, parts, space.unsupported)
+
+
 def _where_points(part, wanted):
     """The points of `part` whose knobs take the values (as text) `wanted` lists."""
     if not isinstance(part.points, Points):

@@ -848,14 +848,16 @@ def run_lanes(n, width, begin, work, end, lanes=None):
 
 def tune_network(groups, target, measurer, store, device, *, budget=None, strategy=DEFAULT,
                  seed=0, progress=None, share_by="cost", where=None, seeding=True, lanes=None,
-                 recheck=RECHECK):
+                 recheck=RECHECK, layouts=None):
     """{signature: LayerResult} for each group of identical layers (in network order),
     sharing `budget` by roofline cost times occurrences (share_by="cost") or equally
     (share_by="equal"); `where` ({variant: {knob: values}}, space.parse_where) narrows the
     search. A time budget may be the build's Clock (shared with the build's other searches);
     given as text or a Budget, it starts now. seeding=False: no seeds or prior from similar
     layers' records. lanes: how many layers are searched at once (lanes_for). recheck: how
-    many of a layer's fastest recorded points it times again (module docstring)."""
+    many of a layer's fastest recorded points it times again (module docstring). layouts:
+    {signature: (read, write)}, those layers searched only in points that store their input and
+    output as those layouts do (space.restrict_layouts: the layout plan's refinement)."""
     if share_by not in ("cost", "equal"):
         raise AotconvError(f"unknown budget sharing '{share_by}': use cost or equal")
     parse_strategy(strategy)
@@ -868,6 +870,11 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
         if where:
             from ..space import restrict
             spaces = [restrict(sp, where) for sp in spaces]
+        if layouts:
+            from ..space import restrict_layouts
+            spaces = [restrict_layouts(sp, *layouts[g[0].signature_str()])
+                      if g[0].signature_str() in layouts else sp
+                      for sp, g in zip(spaces, groups)]
     spaces_s = time.monotonic() - t0
     sizes = [len(s.candidates) for s in spaces]
     weights = [est_seconds(g[0], target) * len(g) if share_by == "cost" else 1.0
