@@ -403,11 +403,12 @@ REFINE_TRIALS = 8                  # at least, of a trial budget, per layer sear
 def refinable(net, choices, planned, target=None):
     """{layer name: (read, write)}: the layers whose planned choice is in another layout than
     their search's pick and slower than it by more than REFINE_MARGIN and REFINE_MIN_MS (both
-    measured, launches priced), with the layouts the plan gave them."""
+    measured, or the pick planned at its conv's time where a residual add was carried onto that
+    kernel; launches priced), with the layouts the plan gave them."""
     out = {}
     for l in net.layers:
         a, b = choices.get(l.name), planned.get(l.name)
-        if a is None or b is None or a is b or a.time_ms is None or b.time_ms is None:
+        if a is None or b is None or a is b or planned_ms(a) is None or planned_ms(b) is None:
             continue
         rw = layouts_of(l, b)
         if rw == layouts_of(l, a):
@@ -428,7 +429,15 @@ def _refine_context(ctx, net, todo, choices):
     budget = ctx.budget
     layers = [l for l in net.layers if l.name in todo]
     if isinstance(budget, Clock):
-        return ctx if budget.affords([g[0] for g in unique_layers(layers)]) else None
+        unique = [g[0] for g in unique_layers(layers)]
+        if budget.affords(unique):
+            return ctx
+        if getattr(ctx.progress, "mode", "quiet") not in ("quiet", "json"):
+            import sys
+            print(f"aotconv: budget {budget.budget}: no time left to search {len(unique)} "
+                  f"layer{'s' if len(unique) != 1 else ''} again in the layouts the plan gave "
+                  f"them ({', '.join(sorted(todo))})", file=sys.stderr, flush=True)
+        return None
     b = parse_budget(budget) if budget is not None else None
     if b is None or b.kind != "trials":
         return ctx

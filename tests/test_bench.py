@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -346,3 +347,24 @@ def test_end_to_end_row_on_pocl_times_run_from_numpy_and_from_the_pinned_buffers
     assert "run_pinned_noprof_error" not in o and o["run_pinned_noprof_ms"] > 0, o
     md = out.with_suffix(".md").read_text()
     assert "ours run() from pinned buffers ms | ours the same, profiling off ms" in md
+
+
+def test_records_only_builds_the_end_to_end_network_from_the_records_alone(tmp_path, capsys):
+    """`aotconv bench --records-only`: the network is built as `aotconv build --records-only`
+    builds it (the shipped pocl-cpu records of lenet5 at batch 100), nothing is tuned; and it
+    cannot be combined with --no-tune."""
+    from aotconv.cli import main
+    out = tmp_path / "e2e.json"
+    assert main(["bench", "--target", "pocl-cpu", "--sets", "e2e", "--e2e", "lenet5:100",
+                 "--records-only", "--refs", "none", "--repeats", "3", "--warmup", "1",
+                 "--quiet", "--out", str(out), "--workdir", str(tmp_path / "work")]) == 0
+    doc = json.loads(out.read_text())
+    row = doc["e2e"][0]
+    assert doc["mode"].startswith("records-only") and row["mode"] == "from the records alone"
+    assert "error" not in row["ours"], row["ours"]
+    layers = json.loads((Path(row["build_dir"]) / "tuning.json").read_text())["layers"]
+    assert layers and {l["source"] for l in layers} == {"record"}
+    assert main(["bench", "--target", "pocl-cpu", "--sets", "e2e", "--e2e", "lenet5:100",
+                 "--records-only", "--no-tune", "--refs", "none", "--quiet",
+                 "--out", str(tmp_path / "x.json")]) != 0
+    assert "--no-tune and --records-only" in capsys.readouterr().err

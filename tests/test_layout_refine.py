@@ -88,6 +88,10 @@ def test_no_refinement_from_records_alone_or_where_the_plan_costs_little(
     far = _choice("test_conv_nhwc", 0.5, WG=64)
     assert layouts.refinable(net, {"nhwc_b": far}, {"nhwc_b": a}) == {
         "nhwc_b": ("NCHW", "NCHW")}
+    # a residual add carried onto the conv's own kernel is planned at the conv's time
+    carried = Choice("test_conv_nhwc", Config.of(WG=64), None, "tuned", plan_ms=0.5)
+    assert layouts.refinable(net, {"nhwc_b": carried}, {"nhwc_b": a}) == {
+        "nhwc_b": ("NCHW", "NCHW")}
     # the same layouts, or no time measured: nothing to refine
     assert layouts.refinable(net, {"nhwc_b": a}, {"nhwc_b": _choice("conv_direct", 2.0,
                                                                     WG=64, KB=2)}) == {}

@@ -37,6 +37,9 @@ def add_commands(sub):
     b.add_argument("--strategy", help="tuner search strategy (see `aotconv tune --help`)")
     b.add_argument("--no-tune", action="store_true", help="no tuner: time every registered "
                    "variant's fallback for each layer and take the fastest correct one")
+    b.add_argument("--records-only", action="store_true", help="no tuner: every layer and "
+                   "network from the tuning records alone (shipped, cache), as `aotconv build "
+                   "--records-only` builds it; fallbacks where none is recorded")
     b.add_argument("--refs", default="auto", help="auto (every one present), none, or "
                    "comma-separated from: torch, clblast")
     b.add_argument("--e2e", help="networks end to end as net:batch,... (default "

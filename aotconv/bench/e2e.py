@@ -42,12 +42,13 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
     outdir = Path(opts.workdir) / build_dir_name(net_name, b, prec)
     budget = opts.fit_budget(opts.e2e_budget, 60, f"end to end {net_name} batch {b}", notes)
     row["budget"] = budget
-    row["mode"] = ("fallback (no tuner)" if opts.mode != "tune" else
+    row["mode"] = ("fallback (no tuner)" if opts.mode == "fallback" else
+                   "from the records alone" if opts.mode == "records" else
                    f"tuned, budget {budget or 'default'}")
     t0 = time.monotonic()
     try:
         built = compile_network(net_name, target=opts.target_arg, outdir=outdir, batch=b,
-                                tune_mode=opts.mode if opts.mode == "tune" else "fallback",
+                                tune_mode=opts.mode,
                                 budget=budget, strategy=opts.strategy, quiet=opts.quiet,
                                 measure=False, seed=opts.seed, precision=prec)
     except Exception as e:

@@ -40,10 +40,12 @@ def one_layer_net(layers, name="bench"):
 
 
 def tune_layers(dev, layers, opts, budget=None):
-    """{name: Choice} from the tuner for independent `layers` sharing one budget."""
+    """{name: Choice} from the tuner (from the records alone with --records-only) for
+    independent `layers` sharing one budget."""
     net = one_layer_net(layers)
     # each layer of a set counts once in its geometric mean: the set budget is shared equally
-    return choose(net, dev.target, mode="tune", budget=budget or opts.budget,
+    return choose(net, dev.target, mode="records" if opts.mode == "records" else "tune",
+                  budget=budget or opts.budget,
                   strategy=opts.strategy, quiet=opts.quiet, measurer=opts.measurer(dev),
                   share="equal")
 
@@ -118,7 +120,7 @@ def bench_layer(dev, refs, set_name, t, opts, choice=None):
     row["ours"] = ours
     try:
         t0 = time.monotonic()
-        if choice is None and opts.mode == "tune":
+        if choice is None and opts.mode in ("tune", "records"):
             choice = tune_layers(dev, [layer], opts)[layer.name]
         if choice is not None:
             variant, cfg = choice.impl, choice.cfg

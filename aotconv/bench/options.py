@@ -63,7 +63,11 @@ class Options:
 
     def __init__(self, a, target):
         self.a = a
-        self.mode = "fallback" if a.no_tune else "tune"
+        if a.no_tune and getattr(a, "records_only", False):
+            raise AotconvError("--no-tune and --records-only: choose one (fallbacks timed, or "
+                               "the recorded choices)")
+        self.mode = ("fallback" if a.no_tune else
+                     "records" if getattr(a, "records_only", False) else "tune")
         self.budget, self.set_budget, self.e2e_budget = a.budget, a.set_budget, a.e2e_budget
         self.strategy = a.strategy
         self.quiet = a.quiet

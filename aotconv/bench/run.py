@@ -49,7 +49,8 @@ def cmd_bench(a):
     doc = {"tool": "aotconv bench", "version": __version__, "date": date,
            "command": "aotconv bench " + " ".join(shlex.quote(x) for x in a.argv),
            "target": tdict, "device_kind": dev.target.kind, "environment": environment(dev),
-           "mode": "tune" if opts.mode == "tune" else "no-tune (best registered fallback)",
+           "mode": {"tune": "tune", "records": "records-only (the recorded choices)"}.get(
+               opts.mode, "no-tune (best registered fallback)"),
            "budget": (f"{opts.budget} per layer" if opts.budget and not opts.set_budget else
                       f"{opts.set_budget} per set" if opts.set_budget else
                       "tuner default per layer" if opts.mode == "tune" else None),
