@@ -9,6 +9,11 @@ LLVM; NVIDIA: the front end before ptxas), and each program costs its own driver
   renamed by a #define before it, every macro it defines and every rename is #undef'd after
   it), and the joined program is built on the target device here. Where it does not build,
   or the device is absent, the programs stay one per layer, as they always compile.
+- Where the device's compiler is slow (a GPU's: NVIDIA's took 17.8-22.3 s for a tuned
+  ResNet-50 b1's 757 kB of source, and ptxas 7-11 s more, one thread each), the layers are
+  joined into a few programs instead, each of a run of layers of about GROUP_BYTES of source
+  (at most one per core), built at the same time here: create() makes each from its binary in
+  a millisecond or two, and the library's build takes a fraction of the time (groups_for).
 - Where the target's device is present, the programs (the joined one, or each layer's) are
   built on it and their binaries embedded with the device's name and driver version. create()
   uses a binary only on a device of that name and driver version, falls back to the embedded
@@ -40,21 +45,32 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .harness import BUILD_OPTIONS
 
+# source bytes per joined program where the device's compiler is slow (by target kind; a kind
+# not listed joins every layer into one program): NVIDIA's compiler and ptxas each take one
+# thread, 0.034-0.037 ms a byte of a tuned network (results/h100/real-nets.md)
+GROUP_BYTES = {"gpu": 96_000}
+
 
 @dataclass(frozen=True)
 class ProgramPlan:
-    joined: bool              # one program of every layer's section (verified on the device)
+    joined: bool              # the layers' sections made as joined programs (verified on the
+                              # device): one, or one per run of layers (group_of)
     sections: tuple           # ((prologue, epilogue), ...) per layer program
-    blobs: tuple = ()         # binaries: one when joined, else one per program (None: none)
+    blobs: tuple = ()         # binaries: one per joined program, else one per program
+                              # (None: none)
     device: str = None        # CL_DEVICE_NAME of the device they were built on
     driver: str = None        # its CL_DRIVER_VERSION
     note: str = ""            # one line: what the library embeds, or why no binaries
     warmed: int = 0           # launch geometries compiled into the binaries (PoCL: warm_up)
+    group_of: tuple = ()      # when joined: per layer program, the joined program holding it
+                              # (empty: all in one)
 
     @property
     def binary_bytes(self):
@@ -63,6 +79,43 @@ class ProgramPlan:
     @property
     def has_binaries(self):
         return any(self.blobs)
+
+    def group(self, i):
+        """The joined program that holds layer program `i` (0 when not joined)."""
+        return self.group_of[i] if self.joined and self.group_of else 0
+
+    @property
+    def joined_count(self):
+        """How many joined programs there are: 0 when the programs are one per layer."""
+        if not self.joined:
+            return 0
+        return max(self.group_of) + 1 if self.group_of else 1
+
+    @property
+    def what(self):
+        """The programs in words: one for the network, k joined, or one per layer."""
+        k = self.joined_count
+        return ("one program per layer" if k == 0 else "one program for the network"
+                if k == 1 else f"{k} programs, each joining a run of layers")
+
+
+def groups_for(sizes, kind, cores=None):
+    """[the joined program of each layer program] for programs of `sizes` source bytes, in
+    order: all in one where `kind` is not in GROUP_BYTES or there are too few, else contiguous
+    runs of about GROUP_BYTES (as many as the bytes call for, at most `cores`, default this
+    host's), cut where the running total of bytes crosses an equal share."""
+    per = GROUP_BYTES.get(kind)
+    total = sum(sizes)
+    k = 1 if not per or not total else min(len(sizes), max(1, cores or os.cpu_count() or 1),
+                                           -(-total // per))
+    if k <= 1:
+        return [0] * len(sizes)
+    out, acc = [], 0
+    for n in sizes:
+        out.append(min(k - 1, int((acc + n / 2) * k / total)))
+        acc += n
+    renumber = {g: i for i, g in enumerate(dict.fromkeys(out))}
+    return [renumber[g] for g in out]
 
 
 # -- joining ---------------------------------------------------------------------------------
@@ -188,18 +241,31 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
                 warm, warmed = False, 0
 
     t0 = time.monotonic()
-    joined, why = (build(joined_source(sources, sections)) if len(sources) > 1
-                   else (None, "a single program"))
-    log(f"aotconv: programs: the joined program {'built' if joined is not None else 'tried'} "
-        f"on {dev_name} in {time.monotonic() - t0:.1f} s")
+    group_of = groups_for([len(s) for s in sources], getattr(ctx.profile, "kind", None))
+    ngroups = max(group_of) + 1 if group_of else 0
+    members = [[i for i, g in enumerate(group_of) if g == k] for k in range(ngroups)]
+    texts = [joined_source([sources[i] for i in m], [sections[i] for i in m]) for m in members]
+    joined, why = None, "a single program"
+    if len(sources) > 1:
+        with ThreadPoolExecutor(max(1, len(texts))) as pool:    # the driver builds in parallel
+            built = list(pool.map(build, texts))
+        why = next((e for p, e in built if p is None), None)
+        joined = [p for p, _ in built] if why is None else None
+        log(f"aotconv: programs: {len(texts)} joined program{'s' if len(texts) != 1 else ''} "
+            f"{'built' if joined is not None else 'tried'} on {dev_name} in "
+            f"{time.monotonic() - t0:.1f} s")
     if joined is not None:
         if binaries:
-            warmed_up({i: joined for i in range(len(programs))})
+            warmed_up({i: joined[group_of[i]] for i in range(len(programs))})
         t0 = time.monotonic()
-        blobs = (native.binary(joined),) if binaries else ()
         if binaries:
-            log(f"aotconv: programs: its binary ({native.what()}) in {time.monotonic() - t0:.1f} s")
-        how = "one program for the network"
+            with ThreadPoolExecutor(len(joined)) as pool:       # ptxas, one process each
+                blobs = tuple(pool.map(native.binary, joined))
+            log(f"aotconv: programs: {'its binary' if len(joined) == 1 else 'their binaries'} "
+                f"({native.what()}) in {time.monotonic() - t0:.1f} s")
+        else:
+            blobs = ()
+        how = ProgramPlan(True, (), group_of=tuple(group_of) if ngroups > 1 else ()).what
     else:
         if len(sources) > 1:
             log(f"aotconv: the joined program does not build on {dev_name} ({why}): one "
@@ -225,14 +291,16 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
         note = f"{how}; no program built on {dev_name}: source only"
     else:
         size = sum(len(b) for b in blobs if b)
-        note = (f"{how}, with {'its' if joined is not None else 'their'} device binar"
-                f"{'y' if joined is not None else 'ies'} ({native.what()}, {size / 1024:.0f} KiB) "
+        one = joined is not None and len(joined) == 1
+        note = (f"{how}, with {'its' if one else 'their'} device binar"
+                f"{'y' if one else 'ies'} ({native.what()}, {size / 1024:.0f} KiB) "
                 f"for {dev_name} (driver {driver}) beside the source")
         if warmed:
             note += (f"; the work-group functions of the library's {warmed} launch geometr"
                      f"{'y' if warmed == 1 else 'ies'} compiled in")
     return ProgramPlan(joined is not None, sections, blobs, dev_name, driver, note,
-                       warmed if any(blobs) else 0)
+                       warmed if any(blobs) else 0,
+                       tuple(group_of) if joined is not None and ngroups > 1 else ())
 
 
 # -- PoCL: the work-group functions compiled at launch ------------------------------------------
@@ -357,6 +425,7 @@ class Native:
         self.arch = self.ptxas = None
         self.counts = {"cubin": 0, "driver": 0}
         self.why = None
+        self._lock = threading.Lock()           # binary() runs in threads, one per program
         if "NVIDIA" not in (device.vendor or "").upper():
             return
         try:
@@ -376,12 +445,15 @@ class Native:
             cubin, why = assemble(data, self.arch, self.ptxas)
             if cubin is not None:
                 why = self._verify(cubin, program)
-            if why is None:
-                self.counts["cubin"] += 1
-                return cubin
-            self.why = why            # the first failure stands for the rest: PTX from here
+            with self._lock:
+                if why is None:
+                    self.counts["cubin"] += 1
+                    return cubin
+                # the first failure stands for the rest: PTX from here
+                self.why = self.why or why
         if data:
-            self.counts["driver"] += 1
+            with self._lock:
+                self.counts["driver"] += 1
         return data
 
     def _verify(self, cubin, program):

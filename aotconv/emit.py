@@ -186,14 +186,15 @@ def emit(sch, target, outdir, cc=None, prefix=None, programs=None):
     ns["precision"], ns["precision_doc"] = precision.of_schedule(sch, target)
     (out / f"{name}.h").write_text(_render("c/net.h.mako", **ns))
     progs = [dict(layer=p.layer, file=p.file, cstring=c_string(p.source), prologue=pro,
-                  epilogue=epi) for p, (pro, epi) in zip(lib.programs, programs.sections)]
+                  epilogue=epi, group=programs.group(i))
+             for i, (p, (pro, epi)) in enumerate(zip(lib.programs, programs.sections))]
     binaries_file = f"{name}_binaries.h"
     blobs = list(programs.blobs) if programs.has_binaries else []
     if blobs:
         (out / binaries_file).write_text(_binaries_text(name, blobs, programs))
     (out / f"{name}.c").write_text(_render(
         "c/net.c.mako", name=name, target=target.name, version=__version__, programs=progs,
-        joined=programs.joined, binaries=blobs, binaries_file=binaries_file,
+        joined=programs.joined_count, binaries=blobs, binaries_file=binaries_file,
         binary_device=programs.device or "", binary_driver=programs.driver or "",
         binary_note=programs.note,
         buffers=lib.buffers, params=lib.params, folds=lib.folds, launches=launches,
@@ -222,7 +223,7 @@ def _binaries_text(name, blobs, programs):
     <net>.c (a separate file keeps <net>.c readable)."""
     lines = [f"/* {name}_binaries.h: CL_PROGRAM_BINARIES built by aotconv {__version__} on "
              f"{c_comment(programs.device)} (driver {c_comment(programs.driver)}), "
-             f"{'one program for the network' if programs.joined else 'one per layer'}; "
+             f"{programs.what}; "
              f"included by {name}.c. */", ""]
     for i, b in enumerate(blobs):
         if b:

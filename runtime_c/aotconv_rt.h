@@ -93,8 +93,9 @@ enum { AOTRT_RAN_NONE, AOTRT_RAN_ENQUEUED, AOTRT_RAN_DONE };
 typedef struct {
     const char *layer;        /* the layer whose kernels it holds, for messages */
     const char *source;       /* embedded OpenCL C (the same text as kernels/<layer>.cl) */
-    const char *prologue;     /* in the joined program: before the source (helper renames) */
+    const char *prologue;     /* in a joined program: before the source (helper renames) */
     const char *epilogue;     /* after it (#undef of its macros and renames) */
+    int group;                /* the joined program it is part of (0 when not joined) */
 } aotrt_program;
 
 /* A device binary (CL_PROGRAM_BINARIES) built at build time, embedded beside the source. */
@@ -186,8 +187,10 @@ typedef struct {
     const char *build_options;
     int nprograms;
     const aotrt_program *programs;
-    int joined;                   /* 1: the programs are made as one (verified at build time) */
-    int nbinaries;                /* 0, 1 (joined) or nprograms */
+    int joined;                   /* 0: one program per layer; k >= 1: the layers' programs are
+                                     made as k joined programs, each of a run of layers
+                                     (aotrt_program.group; verified at build time) */
+    int nbinaries;                /* 0, `joined` (one per joined program) or nprograms */
     const aotrt_binary *binaries;
     const char *binary_device;    /* CL_DEVICE_NAME the binaries were built on */
     const char *binary_driver;    /* and its CL_DRIVER_VERSION */
@@ -272,8 +275,8 @@ typedef struct aotrt_net {
     cl_command_queue queue;
     cl_device_id device;
     int app_queue;            /* created on the application's context and queue */
-    cl_program *programs;     /* nprograms slots; only [0] when joined */
-    int joined;               /* the programs were made as one */
+    cl_program *programs;     /* nprograms slots; only the first `joined` when joined */
+    int joined;               /* how many joined programs were made (0: one per layer) */
     int from_binary, from_source;
     char program_why[640];    /* how the programs were made (program_source) */
     int profile_requested;

@@ -24,7 +24,8 @@ static int make_kernel(aotrt_net *n, int i)
 {
     const aotrt_launch *l = &n->desc->launches[i];
     cl_int err;
-    n->kernels[i] = clCreateKernel(n->programs[n->joined ? 0 : l->program], l->kernel, &err);
+    int slot = n->joined ? n->desc->programs[l->program].group : l->program;
+    n->kernels[i] = clCreateKernel(n->programs[slot], l->kernel, &err);
     if (err != CL_SUCCESS)
         return aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s: layer '%s': clCreateKernel(%s) failed: %s",
                                n->desc->net, l->layer, l->kernel, aotrt_cl_error_name(err));

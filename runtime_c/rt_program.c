@@ -1,10 +1,11 @@
 /* Programs: from the embedded device binaries where they fit this device, else from the
- * embedded OpenCL C; joined into one program where the build verified that (aotconv/binaries.py).
+ * embedded OpenCL C; joined into one program, or a few each of a run of layers, where the build
+ * verified that (aotconv/binaries.py).
  *
  * A binary is tried only on a device of the name and driver version it was built on; one the
  * driver rejects (clCreateProgramWithBinary or clBuildProgram fails) is released and that
- * program is compiled from its source. A joined program that fails to compile from source is
- * compiled again one program per layer, so the error names the layer. n->program_why says
+ * program is compiled from its source. Where a joined program fails to compile from source,
+ * every program is compiled again one per layer, so the error names the layer. n->program_why says
  * which path was taken, for program_source().
  */
 #include "aotconv_rt.h"
@@ -58,8 +59,10 @@ static int from_binary(aotrt_net *n, int i, const aotrt_binary *b, char *why, si
 {
     const aotrt_desc *d = n->desc;
     char what[300];
-    if (n->joined)
+    if (n->joined == 1)
         snprintf(what, sizeof what, "the network's program");
+    else if (n->joined)
+        snprintf(what, sizeof what, "joined program %d of %d", i + 1, n->joined);
     else
         snprintf(what, sizeof what, "layer '%s'", d->programs[i].layer);
     cl_int status = CL_SUCCESS, err;
@@ -138,19 +141,23 @@ static int per_layer_sources(aotrt_net *n, prog_times *pt)
     return AOTRT_OK;
 }
 
-/* The joined program from source: prologue, source, epilogue of every layer. */
-static int joined_source(aotrt_net *n, prog_times *pt)
+/* Joined program g from source: prologue, source, epilogue of each of its layers. */
+static int joined_source(aotrt_net *n, int g, prog_times *pt)
 {
     const aotrt_desc *d = n->desc;
     const char **parts = malloc(3 * (size_t)d->nprograms * sizeof *parts);
     if (!parts)
         return aotrt_set_error(n, AOTRT_ERR_MEMORY, "%s: out of host memory", d->net);
+    cl_uint count = 0;
     for (int i = 0; i < d->nprograms; ++i) {
-        parts[3 * i] = d->programs[i].prologue ? d->programs[i].prologue : "";
-        parts[3 * i + 1] = d->programs[i].source;
-        parts[3 * i + 2] = d->programs[i].epilogue ? d->programs[i].epilogue : "";
+        if (d->programs[i].group != g)
+            continue;
+        parts[count++] = d->programs[i].prologue ? d->programs[i].prologue : "";
+        parts[count++] = d->programs[i].source;
+        parts[count++] = d->programs[i].epilogue ? d->programs[i].epilogue : "";
     }
-    int rc = from_source(n, 0, 3 * (cl_uint)d->nprograms, parts, "(all layers, joined)", pt);
+    int rc = from_source(n, g, count, parts, n->joined == 1 ? "(all layers, joined)" :
+                         "(layers joined)", pt);
     free(parts);
     return rc;
 }
@@ -185,22 +192,35 @@ static int build_programs(aotrt_net *n, const aotrt_options *o, prog_times *pt)
     binaries_apply(n, o, why, sizeof why);
     int use = why[0] == '\0';
     int nrejected = 0;
-    n->joined = d->joined && d->nprograms > 0;
+    n->joined = d->nprograms > 0 ? d->joined : 0;
     if (n->joined) {
-        if (use && d->binaries[0].size && from_binary(n, 0, &d->binaries[0], rejected,
-                                                       sizeof rejected, pt) == 0) {
-            n->from_binary = 1;
-        } else {
-            nrejected += use && d->binaries[0].size;
-            if (joined_source(n, pt) == AOTRT_OK) {
-                n->from_source = 1;
-            } else {
-                /* compile layer by layer: the error then names the layer that fails */
-                n->joined = 0;
-                int rc = per_layer_sources(n, pt);
-                if (rc)
-                    return rc;
+        for (int g = 0; g < n->joined; ++g) {
+            const aotrt_binary *b = g < d->nbinaries ? &d->binaries[g] : NULL;
+            if (use && b && b->size) {
+                char r[512];
+                if (from_binary(n, g, b, r, sizeof r, pt) == 0) {
+                    ++n->from_binary;
+                    continue;
+                }
+                if (!nrejected++)
+                    snprintf(rejected, sizeof rejected, "%s", r);
             }
+            if (joined_source(n, g, pt) == AOTRT_OK) {
+                ++n->from_source;
+                continue;
+            }
+            /* compile layer by layer: the error then names the layer that fails */
+            for (int k = 0; k < n->joined; ++k)
+                if (n->programs[k]) {
+                    clReleaseProgram(n->programs[k]);
+                    n->programs[k] = 0;
+                }
+            n->joined = 0;
+            n->from_binary = n->from_source = 0;
+            int rc = per_layer_sources(n, pt);
+            if (rc)
+                return rc;
+            break;
         }
     } else {
         for (int i = 0; i < d->nprograms; ++i) {

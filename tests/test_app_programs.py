@@ -214,3 +214,60 @@ def test_memory_in_the_header_the_call_and_the_report(lenet5):
     report = (lenet5.dir / "report.md").read_text()
     assert f"| **device total** | **{want['device']}** |" in report
     assert f"| activations | {want['activation']} |" in report
+
+
+# -- several joined programs, each of a run of layers ------------------------------------------
+
+def test_groups_are_runs_of_about_the_group_size_at_most_one_per_core(monkeypatch):
+    monkeypatch.setitem(binaries.GROUP_BYTES, "gpu", 100)
+    g = binaries.groups_for
+    assert g([60, 60, 60, 60], "cpu") == [0, 0, 0, 0]         # a kind not listed: one program
+    assert g([60, 60, 60, 60], "gpu", cores=8) == [0, 1, 1, 2]  # 240 bytes: 3 runs
+    assert g([60, 60, 60, 60], "gpu", cores=2) == [0, 0, 1, 1]
+    assert g([400, 10, 10, 10], "gpu", cores=8) == [0, 1, 1, 1]     # by bytes, none empty
+    assert g([10] * 7, "gpu", cores=16) == [0] * 7                # 70 bytes: one program
+    got = g([30] * 20, "gpu", cores=4)                            # 600 bytes, 4 cores: 4
+    assert got == sorted(got) and set(got) == {0, 1, 2, 3}
+    assert [got.count(k) for k in range(4)] == [5, 5, 5, 5]
+    assert g([], "gpu") == []
+
+
+def test_several_joined_programs_from_their_binaries_and_from_source(tmp_path, monkeypatch):
+    """With a group size that splits the network, the build makes a few joined programs at once,
+    each with its binary; create() makes them from the binaries, or each from its source, and
+    both agree with the reference."""
+    monkeypatch.setitem(binaries.GROUP_BYTES, "cpu", 1)      # as many as the cores allow
+    monkeypatch.setattr(binaries.os, "cpu_count", lambda: 2)
+    (tmp_path / "twoout.yaml").write_text(TWO_OUTPUTS)
+    b = build(tmp_path / "twoout.yaml", tmp_path / "out")
+    assert b.res.programs.joined_count == 2 and len(b.res.programs.blobs) == 2
+    c = (b.dir / "twoout.c").read_text()
+    assert "The programs are made as 2 joined programs" in c and "pro_0" in c
+    assert re.search(r"programs: 2 programs, each joining a run of layers, with their device "
+                     r"binaries", b.log)
+    x = np.random.default_rng(5).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    with load(b.dir) as fast, load(b.dir, source_only=True) as slow:
+        ok, why = fast.program_source()
+        assert ok and why.startswith("from the embedded device binaries")
+        assert not slow.program_source()[0]
+        y = np.concatenate([o.ravel() for o in fast(x)])
+        assert np.array_equal(y, np.concatenate([o.ravel() for o in slow(x)]))
+        assert close(y, reference(b, x))[0]
+
+
+def test_a_rejected_binary_of_one_joined_program_is_made_from_its_source(tmp_path, monkeypatch):
+    monkeypatch.setitem(binaries.GROUP_BYTES, "cpu", 1)
+    monkeypatch.setattr(binaries.os, "cpu_count", lambda: 2)
+    plan = binaries.plan
+    monkeypatch.setattr(binaries, "plan", lambda *a, **k: dataclasses.replace(
+        p := plan(*a, **k), blobs=(p.blobs[0], b"not a binary" * 8)))
+    (tmp_path / "twoout.yaml").write_text(TWO_OUTPUTS)
+    b = build(tmp_path / "twoout.yaml", tmp_path / "out")
+    x = np.random.default_rng(6).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    with load(b.dir) as lib:
+        ok, why = lib.program_source()
+        assert not ok
+        assert re.fullmatch(r"1 of 2 programs from source: the driver rejected the embedded "
+                            r"binary of joined program 2 of 2: clCreateProgramWithBinary: "
+                            r"CL_INVALID_BINARY", why)
+        assert close(np.concatenate([o.ravel() for o in lib(x)]), reference(b, x))[0]

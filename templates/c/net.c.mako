@@ -13,8 +13,9 @@ ${p["cstring"]};
 
 % endfor
 % if joined:
-/* The programs are made as one: each source between its prologue (renames of its top-level
- * helpers) and its epilogue (#undef of its macros and renames); verified at build time. */
+/* The programs are made as ${"one" if joined == 1 else f"{joined} joined programs, each of a run of layers"}: each source between its prologue
+ * (renames of its top-level helpers) and its epilogue (#undef of its macros and renames);
+ * verified at build time. */
 % for i, p in enumerate(programs):
 static const char pro_${i}[] = ${cstr(p["prologue"])};
 static const char epi_${i}[] = ${cstr(p["epilogue"])};
@@ -24,9 +25,9 @@ static const char epi_${i}[] = ${cstr(p["epilogue"])};
 static const aotrt_program programs[] = {
 % for i, p in enumerate(programs):
 % if joined:
-    {${cstr(p["layer"])}, src_${i}, pro_${i}, epi_${i}},
+    {${cstr(p["layer"])}, src_${i}, pro_${i}, epi_${i}, ${p["group"]}},
 % else:
-    {${cstr(p["layer"])}, src_${i}, 0, 0},
+    {${cstr(p["layer"])}, src_${i}, 0, 0, 0},
 % endif
 % endfor
 };
@@ -108,7 +109,7 @@ static const size_t batch_sizes[] = {${", ".join(f"{z.batch}u" for z in sizes)}}
 static const aotrt_desc desc = {
     ${cstr(name)}, ${cstr(target)}, ${cstr(vendor_pattern)}, ${cstr(device_pattern)}, ${cstr(build_options)},
     ${len(programs)}, programs,
-    ${1 if joined else 0}, ${len(binaries)}, ${"binaries" if binaries else "0"},
+    ${joined}, ${len(binaries)}, ${"binaries" if binaries else "0"},
     ${cstr(binary_device)}, ${cstr(binary_driver)}, ${cstr(binary_note)},
     ${len(buffers)}, buffers,
     ${len(params)}, ${"params" if params else "0"}, ${param_count}u,
