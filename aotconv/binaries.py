@@ -245,12 +245,19 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
     ngroups = max(group_of) + 1 if group_of else 0
     members = [[i for i, g in enumerate(group_of) if g == k] for k in range(ngroups)]
     texts = [joined_source([sources[i] for i in m], [sections[i] for i in m]) for m in members]
-    joined, why = None, "a single program"
+    joined, why, data = None, "a single program", None
     if len(sources) > 1:
-        with ThreadPoolExecutor(max(1, len(texts))) as pool:    # the driver builds in parallel
-            built = list(pool.map(build, texts))
-        why = next((e for p, e in built if p is None), None)
-        joined = [p for p, _ in built] if why is None else None
+        if ngroups > 1 and binaries and not warm:
+            # a driver builds one program at a time in a process (NVIDIA: 9 joined programs
+            # of ResNet-50 b1 in 20.0 s in threads, as one of them all): one process each
+            data, why = _built_elsewhere(ctx.target, texts)
+            if data is not None:
+                joined = [None] * len(texts)
+        else:
+            with ThreadPoolExecutor(max(1, len(texts))) as pool:
+                built = list(pool.map(build, texts))
+            why = next((e for p, e in built if p is None), None)
+            joined = [p for p, _ in built] if why is None else None
         log(f"aotconv: programs: {len(texts)} joined program{'s' if len(texts) != 1 else ''} "
             f"{'built' if joined is not None else 'tried'} on {dev_name} in "
             f"{time.monotonic() - t0:.1f} s")
@@ -259,8 +266,11 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
             warmed_up({i: joined[group_of[i]] for i in range(len(programs))})
         t0 = time.monotonic()
         if binaries:
+            names = [sorted({r.kernel for r in launches if group_of[r.program] == k})
+                     for k in range(len(joined))]
             with ThreadPoolExecutor(len(joined)) as pool:       # ptxas, one process each
-                blobs = tuple(pool.map(native.binary, joined))
+                blobs = tuple(pool.map(native.binary, joined, data or [None] * len(joined),
+                                       names))
             log(f"aotconv: programs: {'its binary' if len(joined) == 1 else 'their binaries'} "
                 f"({native.what()}) in {time.monotonic() - t0:.1f} s")
         else:
@@ -301,6 +311,29 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
     return ProgramPlan(joined is not None, sections, blobs, dev_name, driver, note,
                        warmed if any(blobs) else 0,
                        tuple(group_of) if joined is not None and ngroups > 1 else ())
+
+
+def _built_elsewhere(target, texts, timeout=600.0):
+    """([CL_PROGRAM_BINARIES of each of `texts`], None), each built on `target`'s device in a
+    process of its own (aotconv.tune.measure's builder), all at once; or (None, why) where one
+    fails, with the first failure."""
+    from .tune.measure import Worker, build_binary
+
+    def one(text):
+        w = Worker()
+        try:
+            return w.call(build_binary, (target, text, BUILD_OPTIONS, True), timeout)
+        except Exception as e:           # the worker died or ran out of time
+            return "fail", f"{type(e).__name__}: {e}", None
+        finally:
+            w.kill()
+    with ThreadPoolExecutor(len(texts)) as pool:
+        got = list(pool.map(one, texts))
+    for status, value, _ in got:
+        if status != "ok" or not value:
+            first = str(value or "no binary").strip().splitlines()
+            return None, first[0][:200] if first else status
+    return [value for _, value, _ in got], None
 
 
 # -- PoCL: the work-group functions compiled at launch ------------------------------------------
@@ -439,12 +472,18 @@ class Native:
         if self.ptxas is None:
             self.why = "no ptxas (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
 
-    def binary(self, program):
-        data = _binary(program)
+    def binary(self, program, data=None, names=None):
+        """The binary of `program` (a built cl.Program), or of `data` (its
+        CL_PROGRAM_BINARIES, built elsewhere) whose kernels are `names`."""
+        if data is None:
+            data = _binary(program)
+        if names is None and program is not None:
+            import pyopencl as cl
+            names = [n for n in program.get_info(cl.program_info.KERNEL_NAMES).split(";") if n]
         if data and self.arch and self.ptxas and self.why is None:
             cubin, why = assemble(data, self.arch, self.ptxas)
             if cubin is not None:
-                why = self._verify(cubin, program)
+                why = self._verify(cubin, names or [])
             with self._lock:
                 if why is None:
                     self.counts["cubin"] += 1
@@ -456,13 +495,12 @@ class Native:
                 self.counts["driver"] += 1
         return data
 
-    def _verify(self, cubin, program):
+    def _verify(self, cubin, names):
         import pyopencl as cl
         try:
             prog = cl.Program(self.cctx, [self.device], [cubin]).build(options=list(BUILD_OPTIONS))
-            for name in program.get_info(cl.program_info.KERNEL_NAMES).split(";"):
-                if name:
-                    cl.Kernel(prog, name)
+            for name in names:
+                cl.Kernel(prog, name)
         except Exception as e:
             return f"the driver rejected the cubin: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
         return None

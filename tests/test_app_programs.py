@@ -271,3 +271,30 @@ def test_a_rejected_binary_of_one_joined_program_is_made_from_its_source(tmp_pat
                             r"binary of joined program 2 of 2: clCreateProgramWithBinary: "
                             r"CL_INVALID_BINARY", why)
         assert close(np.concatenate([o.ravel() for o in lib(x)]), reference(b, x))[0]
+
+
+def test_joined_programs_built_in_processes_of_their_own(tmp_path, monkeypatch):
+    """Where the device compiles nothing at launch (a GPU), each joined program is built in a
+    process of its own, all at once, and its binary embedded: the library makes its programs
+    from them and agrees with the reference."""
+    monkeypatch.setitem(binaries.GROUP_BYTES, "cpu", 1)
+    monkeypatch.setattr(binaries.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(binaries, "compiles_at_launch", lambda device: False)
+    calls = []
+    elsewhere = binaries._built_elsewhere
+    monkeypatch.setattr(binaries, "_built_elsewhere",
+                        lambda target, texts: calls.append(len(texts)) or elsewhere(target, texts))
+    (tmp_path / "twoout.yaml").write_text(TWO_OUTPUTS)
+    b = build(tmp_path / "twoout.yaml", tmp_path / "out")
+    assert calls == [2] and b.res.programs.joined_count == 2
+    assert all(b.res.programs.blobs)
+    x = np.random.default_rng(7).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    with load(b.dir) as lib:
+        ok, why = lib.program_source()
+        assert ok and why.startswith("from the embedded device binaries"), why
+        assert close(np.concatenate([o.ravel() for o in lib(x)]), reference(b, x))[0]
+    # a program that does not build there: every program one per layer, as before
+    monkeypatch.setattr(binaries, "_built_elsewhere", lambda target, texts: (None, "no device"))
+    b = build(tmp_path / "twoout.yaml", tmp_path / "out2")
+    assert b.res.programs.joined_count == 0
+    assert "joined program does not build" in b.log and "(no device)" in b.log
