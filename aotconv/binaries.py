@@ -477,13 +477,10 @@ class Native:
         CL_PROGRAM_BINARIES, built elsewhere) whose kernels are `names`."""
         if data is None:
             data = _binary(program)
-        if names is None and program is not None:
-            import pyopencl as cl
-            names = [n for n in program.get_info(cl.program_info.KERNEL_NAMES).split(";") if n]
         if data and self.arch and self.ptxas and self.why is None:
             cubin, why = assemble(data, self.arch, self.ptxas)
             if cubin is not None:
-                why = self._verify(cubin, names or [])
+                why = self._verify(cubin, program, names)
             with self._lock:
                 if why is None:
                     self.counts["cubin"] += 1
@@ -495,8 +492,12 @@ class Native:
                 self.counts["driver"] += 1
         return data
 
-    def _verify(self, cubin, names):
+    def _verify(self, cubin, program, names=None):
+        """None where the driver builds `cubin` and makes each kernel of it (`names`, default
+        those of `program`), else why not."""
         import pyopencl as cl
+        if names is None:
+            names = [n for n in program.get_info(cl.program_info.KERNEL_NAMES).split(";") if n]
         try:
             prog = cl.Program(self.cctx, [self.device], [cubin]).build(options=list(BUILD_OPTIONS))
             for name in names:

@@ -90,7 +90,7 @@ def test_nvidia_with_ptxas_embeds_the_checked_cubin(monkeypatch):
     monkeypatch.setattr(binaries, "_binary", lambda prog: b"// PTX")
     monkeypatch.setattr(binaries, "find_ptxas", lambda env=None: "/opt/ptxas")
     monkeypatch.setattr(binaries, "assemble", lambda ptx, arch, tool: (b"CUBIN:" + arch.encode(), None))
-    monkeypatch.setattr(binaries.Native, "_verify", lambda self, cubin, prog: None)
+    monkeypatch.setattr(binaries.Native, "_verify", lambda self, cubin, prog, names=None: None)
     n = binaries.Native(_Dev("NVIDIA Corporation", (9, 0)), None)
     assert n.binary(object()) == b"CUBIN:sm_90"
     assert n.what() == "sm_90 machine code from ptxas"
@@ -103,7 +103,7 @@ def test_a_rejected_cubin_falls_back_to_ptx_for_this_and_later_programs(monkeypa
     monkeypatch.setattr(binaries, "assemble",
                         lambda ptx, arch, tool: calls.append(arch) or (b"CUBIN", None))
     monkeypatch.setattr(binaries.Native, "_verify",
-                        lambda self, cubin, prog: "the driver rejected the cubin: INVALID_BINARY")
+                        lambda self, cubin, prog, names=None: "the driver rejected the cubin: INVALID_BINARY")
     n = binaries.Native(_Dev("NVIDIA Corporation", (8, 6)), None)
     assert n.binary(object()) == b"// PTX" and n.binary(object()) == b"// PTX"
     assert calls == ["sm_86"]          # not tried again after the first rejection
