@@ -426,6 +426,31 @@ def test_the_library_reserve_counts_the_chosen_kernels_source_and_the_network_ru
         + search.END_S["cpu"])
 
 
+def test_a_gpu_library_reserve_shares_the_build_among_the_joined_programs(monkeypatch):
+    """On a GPU the library is made as joined programs of about GROUP_BYTES each, at most one
+    per core, built at once: the build of its source is shared among them, plus their start."""
+    from aotconv import binaries
+    h100 = get_target("h100")
+    monkeypatch.setattr(search.os, "cpu_count", lambda: 16)
+    clock = Clock.make("60s", h100)
+    per = search.LIBRARY_S_PER_BYTE["gpu"]
+    clock.kernels = 56
+    size = 757_000 / 56                     # ResNet-50 b1's source, before any is chosen
+    monkeypatch.setattr(search, "KERNEL_BYTES", size)
+    parallel = -(-757_000 // binaries.GROUP_BYTES["gpu"])           # 8 programs
+    assert clock.library_s() == pytest.approx(
+        search.FINAL_BASE_S + 757_000 * per / parallel + search.GROUPS_START_S
+        + search.END_S["gpu"])
+    monkeypatch.setattr(search.os, "cpu_count", lambda: 2)         # two cores: two programs
+    assert clock.library_s() == pytest.approx(
+        search.FINAL_BASE_S + 757_000 * per / 2 + search.GROUPS_START_S + search.END_S["gpu"])
+    # a library of one program's size: one build, nothing started
+    clock.kernels = 1
+    monkeypatch.setattr(search, "KERNEL_BYTES", 5_000)
+    assert clock.library_s() == pytest.approx(
+        search.FINAL_BASE_S + 5_000 * per + search.END_S["gpu"])
+
+
 def test_a_search_times_what_each_candidate_took_beyond_its_compile_and_runs(tmp_path):
     """The measurer compiles a batch, then runs it one by one: the time between outcomes is
     a candidate's run (less its repeats), the batch's compile counted to its first."""
