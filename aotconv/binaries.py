@@ -94,9 +94,13 @@ class ProgramPlan:
     @property
     def what(self):
         """The programs in words: one for the network, k joined, or one per layer."""
-        k = self.joined_count
-        return ("one program per layer" if k == 0 else "one program for the network"
-                if k == 1 else f"{k} programs, each joining a run of layers")
+        return programs_what(self.joined_count)
+
+
+def programs_what(k):
+    """`k` joined programs in words (0: the programs are one per layer)."""
+    return ("one program per layer" if k == 0 else "one program for the network"
+            if k == 1 else f"{k} programs, each joining a run of layers")
 
 
 def groups_for(sizes, kind, cores=None):
@@ -275,7 +279,7 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
                 f"({native.what()}) in {time.monotonic() - t0:.1f} s")
         else:
             blobs = ()
-        how = ProgramPlan(True, (), group_of=tuple(group_of) if ngroups > 1 else ()).what
+        how = programs_what(len(joined))
     else:
         if len(sources) > 1:
             log(f"aotconv: the joined program does not build on {dev_name} ({why}): one "
