@@ -543,6 +543,47 @@ def test_a_layers_first_batch_leaves_its_deadline_to_its_first_measurement(tmp_p
     assert 2 <= r.new <= 6
 
 
+def test_a_layers_first_measurement_is_not_the_pace_of_the_ones_after_it(tmp_path,
+                                                                          monkeypatch):
+    """Layers whose first measurement takes 0.3 s and every later one 0.03 s, each given its
+    first measurement and 0.4 s more. Counted whole, each layer's first batch taught the
+    build's pace (and the search's own) that a candidate costs several times what it did, so
+    that later layers fitted one or two candidates into that 0.4 s (ResNet-50 b1 guided for
+    90 s on an H100: the early layers measured their fallback alone)."""
+    monkeypatch.setitem(search.PACE_DEFAULT, "cpu", 0.03)
+    flat_latency(monkeypatch, 0.33)
+    groups = groups_of([{"name": f"c{i}", "op": "conv", "out": 8 + 4 * i, "kernel": 3,
+                         "pad": 1} for i in range(5)])
+    known_spaces(monkeypatch, groups)
+    m = Lagged(0.3, per=0.03, build=0.0)
+    clock = Clock.make("60s", POCL)
+    store = Store(write=[tmp_path / "r"])
+    news = []
+    for g in groups:
+        sp = search.layer_spaces([g[0]], POCL)[0]
+        r = search.tune_layer(sp, POCL, m, store, None, strategy="random", trials=50,
+                              deadline=time.monotonic() + 0.33 + 0.4, clock=clock, layers=g)
+        news.append(r.new)
+    # about 1 + 12 each on a quiet host (a loaded one plans later); counted whole, the pace
+    # settled near 0.3 s and the later layers measured 2 or 3
+    assert clock.pace.per < 0.1, clock.pace.per
+    assert min(news[1:]) >= 6, news
+
+
+def test_first_pace_takes_the_first_measurement_out_of_the_first_batch():
+    shared = search.SharedPace(0.5)
+    p = search.FirstPace(shared, 2.0)
+    assert p.fits(1.9) == 0 and p.fits(3.0) == 3            # 2 s, then 0.5 s each
+    p.came(1.6)                                             # it took 1.6 s, 3 more 0.3 s
+    assert p.marginal(4, 1.9) == (3, pytest.approx(0.3))
+    p.add(3, 0.3)
+    assert shared.per == pytest.approx(0.1)
+    assert p.fits(1.0) == 10                                # the first is paid
+    assert p.marginal(4, 0.4) == (4, 0.4)
+    q = search.FirstPace(search.SharedPace(0.5), 2.0)       # not told: the expected 2 s
+    assert q.marginal(1, 2.5) == (0, pytest.approx(0.5))
+
+
 def test_searches_that_find_no_room_are_left_out_of_the_floor(monkeypatch):
     """Past the budget, the build leaves out the searches after the network's (no time left
     for them: compiler._time_for); the figure said counted them anyway (VGG-16 at batch 16 on

@@ -1,6 +1,6 @@
 """Seeded search (aotconv.tune.strategies.seeding), device-free: the distance between op
 signatures, the seeds and the prior taken from the records of similar layers, tune_layer
-measuring them right after the fallbacks, and the replay showing fewer trials for the same
+measuring them right after the layer's fallback (before the other variants'), and the replay showing fewer trials for the same
 quality on a recorded PoCL log.
 """
 from pathlib import Path
@@ -118,7 +118,7 @@ class Fixed(MeasurerBase):
         return out
 
 
-def test_tune_layer_measures_the_seeds_right_after_the_fallbacks(tmp_path):
+def test_tune_layer_measures_the_seeds_right_after_the_fallback(tmp_path):
     """A layer of 64 channels on 16x16 tuned after one of 64 channels on 32x32 was: the
     latter's fastest points are measured right after the fallbacks."""
     a, b = conv(c=64, h=32, w=32, out=64), conv(c=64, h=16, w=16, out=64)
@@ -139,6 +139,33 @@ def test_tune_layer_measures_the_seeds_right_after_the_fallbacks(tmp_path):
     want.append(grid.points[snap(grid, variant, top2[1].cfg, exclude={grid.index[want[0]]})])
     assert m.asked[0] == r.fallback and m.asked[1:3] == want   # then the strategy's picks
     assert len(m.asked) == 12 and r.trials == 12
+
+
+def test_the_seeds_come_before_the_other_variants_fallbacks(tmp_path):
+    """Under a tight deadline a layer's first batch is cut to its first few points: a guided
+    build's seeds must be among them, not behind every variant's default (ResNet-50 b1 guided
+    for 90 s on an H100 left its early layers on their fallback)."""
+    from aotconv.space import fallback_point
+    a, b = conv(c=64, h=32, w=32, out=64), conv(c=64, h=16, w=16, out=64)
+    sa = layer_space(a, POCL, [BY_NAME["conv_direct"]])
+    sb = layer_space(b, POCL)
+    assert len(sb.parts) >= 3
+    store = Store(write=[tmp_path / "r.jsonl"])
+    for i, c in enumerate(sa.candidates):
+        store.append(Key(a, BY_NAME["conv_direct"], POCL), c.cfg,
+                     Outcome(Status.OK, time_ms=1.0 + i, times=(1.0,)))
+    lib = Library.from_store(store, POCL, None)
+    m = Fixed(lambda c: 1.0)
+    r = tune_layer(sb, POCL, m, store, None, strategy="random", trials=16, library=lib)
+    grid = sb.grid()
+    seeds = lib.hints(b.signature_str(), grid, exclude={grid.index[r.fallback]},
+                      max_seeds=4).seeds
+    assert seeds and m.asked[0] == r.fallback
+    assert m.asked[1:1 + len(seeds)] == [grid.points[i] for i in seeds]
+    from aotconv.tune.search import Candidate
+    defaults = {Candidate(p.variant.name, cfg) for p in sb.parts
+                if (cfg := fallback_point(b, p.variant, POCL)) is not None} - {r.fallback}
+    assert defaults and defaults <= set(m.asked[1 + len(seeds):])
 
 
 def test_no_records_no_hints():

@@ -177,24 +177,48 @@ class SharedPace(Pace):
 
 
 class FirstPace(Pace):
-    """The pace a layer's search fits its first batch to: the layer's first new measurement
-    costs its latency (`first` seconds: its data, float64 reference and one compile, one after
-    another), the others the build's pace. A batch cut at the build's pace alone fitted
-    `first / pace` candidates into a deadline that only the first one filled (at batch 32 on an
-    H100 a fallback conv's first measurement took seconds, a candidate in a batch 0.5 s)."""
+    """The pace of one layer's search: its first new measurement costs its latency (`first`
+    seconds expected: its data, float64 reference and one compile, one after another), the
+    others the build's pace. A batch cut at the build's pace alone fitted `first / pace`
+    candidates into a deadline that only the first one filled (at batch 32 on an H100 a
+    fallback conv's first measurement took seconds, a candidate in a batch 0.5 s).
+
+    The first batch's time, less what its first measurement took (`came`, told by the search
+    when that outcome arrives; else the expected latency), is what the build's pace and the
+    search's own learn from: counted whole, a layer's first measurement (1.5 s on an H100
+    against 0.3 s for a candidate after it) made every later batch of the layer, and of the
+    build, look several times slower than it was, so that a guided ResNet-50 b1 search cut its
+    early layers' second batches to nothing and left them on their fallback."""
 
     def __init__(self, shared, first):
         super().__init__(shared.default)
         self.shared, self.first = shared, max(0.0, first)
+        self.started = False           # the first batch was measured
+        self.took = None               # seconds its first measurement took
+
+    def came(self, seconds):
+        """The layer's first measurement arrived `seconds` after its batch started."""
+        if self.took is None:
+            self.took = max(0.0, seconds)
+
+    def marginal(self, count, seconds):
+        if self.started:
+            return count, seconds
+        self.started = True
+        took = min(seconds, self.first if self.took is None else self.took)
+        return max(0, count - 1), max(0.0, seconds - took)
 
     def add(self, count, seconds):
-        self.shared.add(count, seconds)
+        if count:
+            self.shared.add(count, seconds)
 
     @property
     def per(self):
         return self.shared.per
 
     def fits(self, seconds):
+        if self.started:
+            return self.shared.fits(seconds)
         if seconds < self.first:
             return 0
         return 1 + self.shared.fits(seconds - self.first)
@@ -606,6 +630,8 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
             now = time.monotonic()
             if clock is not None and not state["new"]:
                 clock.measured(layer, now - started)
+                if pace is not None:
+                    pace.came(now - state["at"])
             if state["at"] is not None and state["new"]:
                 # a CPU device's measurer compiles a batch, then runs it one by one: the time
                 # since the previous outcome is this one's run, less its repeats (and the
@@ -625,6 +651,7 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
                 progress.trial(cand, o, outcomes)
 
     price = Pricer(layer, variants, target)     # time + the gaps of launches beyond one
+    pace = FirstPace(clock.pace, clock.latency(layer)) if clock is not None else None
 
     def measure(indices):
         if lane is not None and lane.stop.is_set():
@@ -641,6 +668,10 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     again = [c for c in fastest(known, price, recheck) if c in grid.index]
     for c in again:
         del known_costs[grid.index[c]]
+    # The best points of similar layers in the records come right after the layer's own
+    # fallback: under a tight deadline a batch is cut to its first few, and a guided build's
+    # seeds beat the other variants' defaults (ResNet-50 b1 guided for 90 s on an H100: its
+    # early layers measured their fallback alone)
     seeds = again + [fb] + [Candidate(p.variant.name, cfg) for p in space.parts
                             if (cfg := fallback_point(layer, p.variant, target)) is not None]
     seeds = [c for c in dict.fromkeys(seeds) if c in grid.index][:max(1, trials)]
@@ -651,12 +682,12 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
             hints = library.hints(layer.signature_str(), grid, exclude=seed_idx,
                                   max_seeds=min(seeding_max(trials),
                                                 max(0, trials - len(seeds))))
-        seed_idx += hints.seeds
+        first = sum(1 for c in seeds if c == fb or c in again)
+        seed_idx = seed_idx[:first] + list(hints.seeds) + seed_idx[first:]
     # under a deadline only the first fallback is owed; without one, every variant's
     ev = Evaluator(len(grid), measure, trials=max(1, trials), deadline=deadline,
                    known=known_costs, min_trials=1 if deadline is not None else len(seeds),
-                   pace=FirstPace(clock.pace, clock.latency(layer)) if clock is not None
-                   else None, hints=hints,
+                   pace=pace, hints=hints,
                    chunk=getattr(measurer, "slots", None))
     rng = np.random.default_rng([seed, zlib.crc32(layer.signature_str().encode())])
     if len(grid):

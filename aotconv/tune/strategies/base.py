@@ -39,6 +39,11 @@ class Pace:
     def per(self):
         return self.seconds / self.count if self.count else self.default
 
+    def marginal(self, count, seconds):
+        """(count, seconds) of a batch that this pace learns from: all of it (FirstPace takes
+        a layer's first measurement out of its first batch)."""
+        return count, seconds
+
     def fits(self, seconds):
         """How many new candidates fit in `seconds`."""
         if seconds <= 0:
@@ -112,8 +117,9 @@ class Evaluator:
             t0 = time.monotonic()
             costs.update(zip(part, self.measure(part)))
             if self.pace is not None:
-                self.pace.add(len(part), time.monotonic() - t0)
-                self.own.add(len(part), time.monotonic() - t0)
+                count, seconds = self.pace.marginal(len(part), time.monotonic() - t0)
+                self.pace.add(count, seconds)
+                self.own.add(count, seconds)
         for i in take:
             c = self.known[i] if i in self.known else costs[i]
             c = math.inf if c is None or c != c else float(c)

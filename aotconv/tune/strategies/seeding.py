@@ -9,7 +9,7 @@ search two things (`Hints`):
 - seeds: the best points of the nearest signatures of the same op (per variant of the layer's
   space, nearest signature first, each mapped onto the layer's own grid: the same
   configuration where it is a valid point here, else the nearest valid point of the same
-  variant), measured right after the fallbacks;
+  variant), measured right after the layer's fallback (before the other variants');
 - a prior for the cost model (`model`, its `prior` option): every ok record of those
   signatures as a training row, its time relative to the best of its signature,
   log(t / t_best), weighted by similarity, so the model ranks the grid before anything of
