@@ -1,6 +1,6 @@
 """Where a tuning candidate's time goes on the GPU: the runner's phases for candidates of two
 ResNet-50 b1 layers, and the Measurer's rate with one and two lanes."""
-import sys, time, threading
+import time, threading
 import numpy as np
 from aotconv import passes, spec, protocol
 from aotconv.ops import is_alias
