@@ -83,3 +83,15 @@ def pytest_collection_modifyitems(config, items):
     check_sweeps_keep_a_quick_case(items)
     for item in items:
         item.add_marker(getattr(pytest.mark, tier_of(item.path)))
+
+
+@pytest.fixture(scope="module")
+def cl_ctx():
+    """(context, queue) of the PoCL device, for a module's device tier; skips it without PoCL."""
+    from aotconv import harness
+    from aotconv.targets import TARGETS
+    try:
+        ctx, queue, _ = harness.context_for(TARGETS["pocl-cpu"])
+    except Exception as e:                          # no PoCL: the device tier is skipped
+        pytest.skip(f"PoCL not available: {e}")
+    return ctx, queue

@@ -285,15 +285,6 @@ def test_new_acts_render_as_functions_of_the_layers_parameters():
 
 # -- device: PoCL ------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cl_ctx():
-    try:
-        ctx, queue, _ = harness.context_for(POCL)
-    except Exception as e:                          # no PoCL: the device tier is skipped
-        pytest.skip(f"PoCL not available: {e}")
-    return ctx, queue
-
-
 def check(cl_ctx, layer, variant, cfg=None, scale=4.0):
     """Run `variant` on `layer` (inputs scaled so that every act's bends and saturations are
     reached) and compare with reference.forward."""

@@ -291,15 +291,6 @@ def test_half_storage_reads_and_writes_half():
 
 # -- PoCL --------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cl_ctx():
-    try:
-        ctx, queue, _ = harness.context_for(POCL)
-    except Exception as e:                          # no PoCL: the device tier is skipped
-        pytest.skip(f"PoCL not available: {e}")
-    return ctx, queue
-
-
 def cases():
     for lid in SWEEP:
         yield pytest.param(lid, None, id=f"{lid}-fallback")

@@ -170,15 +170,6 @@ def cases():
                                    marks=() if quick else SLOW)
 
 
-@pytest.fixture(scope="module")
-def cl_ctx():
-    try:
-        ctx, queue, _ = harness.context_for(POCL)
-    except Exception as e:                          # no PoCL: the device tier is skipped
-        pytest.skip(f"PoCL not available: {e}")
-    return ctx, queue
-
-
 @pytest.mark.parametrize("name,lid,cfg", list(cases()))
 def test_against_reference(cl_ctx, name, lid, cfg):
     v, layer = BY_NAME[name], layer_of(lid)

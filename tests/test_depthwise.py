@@ -180,15 +180,6 @@ def test_every_sampled_point_renders_with_constants():
 
 # -- device: PoCL ------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cl_ctx():
-    try:
-        ctx, queue, _ = harness.context_for(POCL)
-    except Exception as e:                          # no PoCL: the device tier is skipped
-        pytest.skip(f"PoCL not available: {e}")
-    return ctx, queue
-
-
 def picks(lid):
     """[(tag, cfg)]: the fallback, a seeded random point with the halo in local memory and one
     without, from the pruned space."""

@@ -107,15 +107,6 @@ def test_the_nchw_siblings_are_untouched():
 
 # -- PoCL --------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cl_ctx():
-    try:
-        ctx, queue, _ = harness.context_for(POCL)
-    except Exception as e:                          # no PoCL: the device tier is skipped
-        pytest.skip(f"PoCL not available: {e}")
-    return ctx, queue
-
-
 @pytest.mark.parametrize("cid", sorted(CASES))
 @pytest.mark.parametrize("layout", ["NHWC", "CHWN"])
 def test_against_reference(cl_ctx, cid, layout):
