@@ -271,13 +271,9 @@ def check_point(layer, xs, prm, cfg, target, ctx=None):
 
 
 @pytest.fixture
-def emulated(monkeypatch):
+def emulated(monkeypatch, cl_ctx):
     monkeypatch.setenv(EMULATE_ENV, "1")
-    try:
-        ctx, queue, _ = harness.context_for(POCL)
-    except Exception as e:                          # no PoCL: the device tier is skipped
-        pytest.skip(f"PoCL not available: {e}")
-    return replace(POCL, precision="tf32"), (ctx, queue)
+    return replace(POCL, precision="tf32"), cl_ctx
 
 
 # the quick tier: a 1x1 with partial tiles in M, N and K, the 7x7 stride 2 pad 3, the fused
