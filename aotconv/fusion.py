@@ -1,4 +1,4 @@
-"""Which pools and residual adds fold into the convolution before them.
+"""Which pools, residual adds and depthwise convs fold into the convolution next to them.
 
 Pools: where the tuner measures it faster.
 
@@ -32,6 +32,13 @@ own, as above. Under policy "measure" a pair is fused
                                                   the tensor and a launch fewer, so it cannot
                                                   lose; otherwise (a tuned conv against the
                                                   fused layer's untuned fallback) not fused
+
+Depthwise convs (`apply_dwpw`, after the residual adds): every (depthwise conv, pointwise conv)
+pair that passes.fusable_dwpw finds is fused in a copy of the network (passes.fuse_dwpw), the
+conv_dwpw layers are chosen like any layer, and under policy "measure" a pair is fused where
+t(conv_dwpw) < t(dw) + t(pw) + gap, all three measured (in this run or in records); where one
+is unmeasured, or no variant takes the fused layer (an fp16 build: conv_dwpw stores FP32
+only), it is not.
 """
 from dataclasses import asdict, field, make_dataclass, replace
 
@@ -256,6 +263,89 @@ def apply_residual(net, choices, target, policy="measure", mode="tune", choose_f
     now = {d.add: d.conv for d in decisions if d.fused}
     decisions = [replace(d, residual=now.get(d.residual, d.residual)) for d in decisions]
     gone = {d.add for d in decisions if d.fused}
+    new = {k: v for k, v in choices.items() if k not in gone}
+    new.update({c: fused_choices[c] for c in keep})
+    return out, new, decisions
+
+
+DwpwDecision = _decision(
+    "DwpwDecision", "dw", "Whether a depthwise conv and the pointwise conv after it are fused "
+    "into one conv_dwpw layer; `conv` is the pointwise conv, whose name the fused layer takes.")
+
+
+def decide_dwpw(pairs, choices, fused_choices, policy, declined=None, price=None,
+                fused_layers=None):
+    """[DwpwDecision] for each (depthwise conv, pointwise conv) pair given the unfused and the
+    fused choices (the fused layer's under the pointwise conv's name); `declined` {pointwise
+    conv: why} names the pairs no variant takes fused; `price` and `fused_layers` as for
+    decide."""
+    declined = declined or {}
+    price = price or Price()
+    out = []
+    for dw, pw in pairs:
+        a, b, f = choices.get(pw), choices.get(dw), fused_choices.get(pw)
+        t = [price(pw, a), price(dw, b), price(pw, f, fused_layers)]
+        if pw in declined:
+            ok, why = False, f"no variant takes the fused layer: {declined[pw]}"
+        elif policy == "always":
+            ok, why = True, "fusion forced (policy always)"
+        elif policy == "never":
+            ok, why = False, "fusion off (policy never)"
+        elif None in t:
+            ok = False
+            why = "not measured: " + ", ".join(n for n, x in zip(("pw", "dw", "fused"), t)
+                                              if x is None)
+        else:
+            ok, why = price.compare(t)
+        out.append(DwpwDecision(pw, dw, *(getattr(x, "time_ms", None) for x in (a, b, f)),
+                                ok, why))
+    return out
+
+
+def _dwpw_declined(net, pairs, target):
+    """{pointwise conv: why} of the pairs whose fused layer no variant takes in a build for
+    `target` (its precision: an fp16 build stores half, which conv_dwpw does not)."""
+    from .precision import reason
+    from .variants import active
+    by_name = {l.name: l for l in net.layers}
+    out = {}
+    for dw, pw in pairs:
+        fused = passes.dwpw_layer(by_name[dw], by_name[pw])
+        why = [v.supports(fused) or reason(v, target) for v in active()
+               if "conv_dwpw" in v.ops]
+        if all(why):
+            out[pw] = "; ".join(why) or "no conv_dwpw variant is registered"
+    return out
+
+
+def apply_dwpw(net, choices, target, policy="measure", mode="tune", choose_fn=None):
+    """(net, choices, [DwpwDecision]): `net` with the depthwise convs worth fusing fused into
+    the pointwise conv after them, and its choices (`choose_fn` as for `apply`)."""
+    if policy not in POLICIES:
+        raise AotconvError(f"unknown depthwise fusion policy '{policy}'; use "
+                           f"{', '.join(POLICIES)}")
+    pairs = passes.fusable_dwpw(net)
+    if not pairs:
+        return net, dict(choices), []
+    declined = _dwpw_declined(net, pairs, target)
+    takers = [pw for _, pw in pairs if pw not in declined]
+    fused_choices, fused_layers = {}, None
+    # in fallback mode nothing is measured, so "measure" could never fuse: skip the choosing
+    if takers and (policy == "always" or (policy == "measure" and mode != "fallback")):
+        all_fused = passes.fuse_dwpw(net, takers)
+        fused_layers = {l.name: l for l in all_fused.layers}
+        fused_choices = choose_fn(all_fused, takers)
+    decisions = decide_dwpw(pairs, choices, fused_choices, policy, declined,
+                            Price(target, net), fused_layers)
+    # "always" with nothing chosen (a budget with no room left) cannot fuse either
+    keep = [d.conv for d in decisions if d.fused and d.conv in fused_choices]
+    decisions = [d if d.fused <= (d.conv in keep) else
+                 replace(d, fused=False, why=d.why + "; but no choice was made for it")
+                 for d in decisions]
+    if not keep:
+        return net, dict(choices), decisions
+    out = passes.fuse_dwpw(net, keep)
+    gone = {d.dw for d in decisions if d.fused}
     new = {k: v for k, v in choices.items() if k not in gone}
     new.update({c: fused_choices[c] for c in keep})
     return out, new, decisions

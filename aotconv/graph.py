@@ -74,6 +74,9 @@ class Layer:
     params: list = field(default_factory=list)   # [(tensor name, shape)] in file order
     fused: list = field(default_factory=list)    # names of layers folded into this one
     index: int = None                 # position in the file (parameter order), when known
+    # {param tensor: (layer, tensor) of the network as written} where a fusion gave this layer
+    # another layer's tensor (passes.fuse_dwpw); every other tensor is (this layer, tensor)
+    origins: dict = field(default_factory=dict)
 
     @property
     def in_shape(self):

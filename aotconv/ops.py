@@ -87,9 +87,13 @@ ARITY.update({"concat": None, "add": None, "scale": 2, "mul": 2})
 #   conv_pool       a conv whose max/avg pool is fused into it (passes.fuse_pool): the conv's
 #                   attrs plus "pool", the pool's normalised attrs and its kind as sorted
 #                   (key, value) pairs, so the layer's signature stays hashable
+#   conv_dwpw       a pointwise (1x1) conv whose input a depthwise conv computes on the fly
+#                   (passes.fuse_dwpw): the pointwise conv's attrs (its bias, act, residual)
+#                   plus "dw", the depthwise conv's normalised attrs as sorted (key, value)
+#                   pairs; params dw_weight, dw_bias (if the dw conv has one), weight, bias
 #   layout_convert  a storage transpose between two layouts of the same logical tensor
 #                   (schedule.py inserts it where neighbours disagree): attrs src, dst
-INTERNAL_OPS = ("conv_pool", "layout_convert")
+INTERNAL_OPS = ("conv_pool", "conv_dwpw", "layout_convert")
 ARITY.update({op: 1 for op in INTERNAL_OPS})
 LAYOUTS = ("NCHW", "NHWC", "CHWN")
 
@@ -105,6 +109,32 @@ def split_conv_pool(attrs):
     pool = dict(attrs["pool"])
     kind = pool.pop("kind")
     return conv, ("maxpool" if kind == "max" else "avgpool"), pool
+
+
+def dw_attrs(attrs):
+    """The "dw" attribute of a conv_dwpw: the depthwise conv's attrs as sorted (key, value)
+    pairs (hashable, as the layer's signature needs)."""
+    return tuple(sorted(attrs.items()))
+
+
+def split_conv_dwpw(attrs):
+    """(depthwise conv attrs, pointwise conv attrs) of a conv_dwpw's attrs."""
+    return dict(attrs["dw"]), {k: v for k, v in attrs.items() if k != "dw"}
+
+
+def dwpw_reason(dw, pw, channels):
+    """None when conv attrs `dw` (reading `channels` channels) and `pw` make a conv_dwpw: a
+    depthwise conv of channel multiplier 1 with no residual, then a pointwise conv (1x1,
+    stride 1, no padding, one group); else what is missing."""
+    if dw.get("residual") or dw["groups"] != channels or dw["out"] != channels:
+        return (f"the depthwise conv must have groups == in == out channels ({channels}) and "
+                f"no residual; got groups {dw['groups']}, out {dw['out']}")
+    if (tuple(pw["kernel"]) != (1, 1) or tuple(pw["stride"]) != (1, 1) or any(pw["pad"])
+            or pw["groups"] != 1):
+        return (f"the pointwise conv must be 1x1, stride 1, unpadded, one group; got kernel "
+                f"{tuple(pw['kernel'])}, stride {tuple(pw['stride'])}, pad {tuple(pw['pad'])}, "
+                f"groups {pw['groups']}")
+    return None
 
 
 def _pair(key, v, positive=True):
@@ -415,6 +445,14 @@ def infer(op, a, in_shapes):
         conv, pop, pool = split_conv_pool(a)
         mid, params = infer("conv", conv, in_shapes)
         return infer(pop, pool, [mid])[0], params
+    if op == "conv_dwpw":
+        dw, pw = split_conv_dwpw(a)
+        why = dwpw_reason(dw, pw, c)
+        if why:
+            raise OpError("dw", why)
+        mid, dwp = infer("conv", dw, in_shapes[:1])
+        out, pwp = infer("conv", pw, [mid])
+        return out, [("dw_" + t, s) for t, s in dwp] + pwp
     if op == "layout_convert":
         for key in ("src", "dst"):
             if a.get(key) not in LAYOUTS:
@@ -506,6 +544,12 @@ def conv_pool_mid_shape(layer):
     return infer("conv", dict(conv), layer.in_shapes)[0]
 
 
+def conv_dwpw_mid_shape(layer):
+    """The shape of a conv_dwpw's depthwise output: the tensor the fusion keeps off memory."""
+    dw, _ = split_conv_dwpw(layer.attrs)
+    return infer("conv", dw, layer.in_shapes[:1])[0]
+
+
 def flops(layer):
     """Floating-point operations of one forward pass (multiply-add = 2)."""
     op, a, out = layer.op, layer.attrs, layer.out_shape
@@ -529,6 +573,11 @@ def flops(layer):
         c = layer.in_shape[1] // a["groups"]
         return (2 * count(mid) * c * a["kernel"][0] * a["kernel"][1]
                 + n_out * pool["kernel"][0] * pool["kernel"][1])
+    if op == "conv_dwpw":
+        # the unfused pair's: the depthwise conv's taps, then the pointwise conv's reduction
+        dw, _ = split_conv_dwpw(a)
+        mid = conv_dwpw_mid_shape(layer)
+        return 2 * count(mid) * (dw["kernel"][0] * dw["kernel"][1] + out[1])
     if op == "conv_transpose":
         # every input element meets each of its group's out/groups x kh x kw weights once
         return (2 * count(layer.in_shape) * (a["out"] // a["groups"])

@@ -21,13 +21,22 @@
   named after the conv, computes each pooled output from the conv outputs of its window, so
   the conv's output never reaches memory. Whether a pair is fused is decided by
   aotconv.fusion (where the tuner measures the fused kernel faster); this pass only rewrites.
+- A depthwise conv may fold into the pointwise (1x1) conv that is its only consumer
+  (`fuse_dwpw`): one conv_dwpw layer, named after the pointwise conv, computes the depthwise
+  outputs it needs (with the depthwise conv's bias and act) and reduces them over the
+  channels at once, so the depthwise output never reaches memory. The fused layer takes the
+  depthwise conv's input (then the pointwise conv's residual, if one was fused in) and reads
+  the depthwise conv's weight and bias as its own dw_weight and dw_bias; `Layer.origins` says
+  so (`param_origin`), and set_params fills them from the depthwise conv's tensors as written,
+  folded with that conv's own batchnorms (`batchnorm_folds`). Which pairs are fused is decided
+  by aotconv.fusion (where the fused kernel measures faster); this pass only rewrites.
 
 Passes return a new Network; the input network is left as the spec produced it.
 """
 import copy
 
 from .graph import ACT_OPS, FUSABLE, act_attrs, act_monotone
-from .ops import is_alias, pool_attrs, infer
+from .ops import dw_attrs, dwpw_reason, infer, is_alias, pool_attrs
 
 POOL_OPS = ("maxpool", "avgpool")
 # the layers a batchnorm folds into: their weights have one block per output channel
@@ -107,15 +116,29 @@ def fold_batchnorm(net):
 
 
 def batchnorm_folds(source, net):
-    """{layer of `net`: [the batchnorms of `source` folded into it, in order]}: what
-    fold_batchnorm did to `source` (the network as written) on the way to `net`."""
-    bns = {l.name for l in source.layers if l.op == "batchnorm"}
+    """{conv or dense of `source`: [the batchnorms of `source` folded into it, in order]}: what
+    fold_batchnorm did to `source` (the network as written) on the way to `net`. A layer of
+    `net` holds the batchnorms folded into each layer its parameters come from (param_origin):
+    its own, and for a conv_dwpw the depthwise conv's too; a batchnorm belongs to the layer it
+    reads in `source`, through the batchnorms folded before it."""
+    src = {l.name: l for l in source.layers}
     out = {}
     for l in net.layers:
-        names = [n for n in l.fused if n in bns]
-        if names:
-            out[l.name] = names
+        fused = set(l.fused)
+        for n in l.fused:
+            if n not in src or src[n].op != "batchnorm":
+                continue
+            root = src[n].inputs[0]
+            while root in fused and src[root].op == "batchnorm":
+                root = src[root].inputs[0]
+            out.setdefault(root, []).append(n)
     return out
+
+
+def param_origin(layer, tensor):
+    """(layer, tensor) of the network as written whose values `layer`'s parameter `tensor`
+    takes: its own, unless a fusion gave it another layer's (Layer.origins)."""
+    return tuple(layer.origins.get(tensor, (layer.name, tensor)))
 
 
 def fusable_pools(net):
@@ -217,6 +240,58 @@ def fuse_residual(net, which=None):
     # the fused layer runs where the add ran: after both of its inputs
     net.layers = [fused.get(l.name, l) for l in net.layers if l.name not in convs]
     _rename(net, {a: c.name for a, c in fused.items()})
+    return net
+
+
+def fusable_dwpw(net):
+    """[(depthwise conv name, pointwise conv name)]: a depthwise conv (groups == input channels
+    == output channels; any kernel, stride, pad, dilation; its bias and act) with no residual,
+    whose only consumer is a pointwise conv (1x1, stride 1, no padding, one group; its bias,
+    act and a fused residual allowed) reading it as its first input, neither a network
+    output."""
+    by_name = {l.name: l for l in net.layers}
+    users = consumers(net)
+    out = []
+    for l in net.layers:
+        if l.op != "conv" or not l.inputs:
+            continue
+        d = by_name.get(l.inputs[0])
+        if (d is not None and d.op == "conv" and users.get(d.name) == [l.name]
+                and l.inputs.count(d.name) == 1 and d.name not in net.outputs
+                and l.name not in net.outputs
+                and dwpw_reason(d.attrs, l.attrs, d.in_shape[1]) is None):
+            out.append((d.name, l.name))
+    return out
+
+
+def dwpw_layer(dw, pw):
+    """The conv_dwpw layer of depthwise conv `dw` and pointwise conv `pw` (a copy of `pw`):
+    `pw`'s attrs plus `dw`, reading `dw`'s input (then `pw`'s residual), its parameters dw_weight
+    and dw_bias `dw`'s weight and bias (Layer.origins); `fused` records `dw` and what was fused
+    into it, after what was fused into `pw`."""
+    f = copy.deepcopy(pw)
+    f.op = "conv_dwpw"
+    f.attrs = dict(pw.attrs, dw=dw_attrs(dw.attrs))
+    f.inputs = [dw.inputs[0]] + list(pw.inputs[1:])
+    f.in_shapes = [tuple(dw.in_shapes[0])] + [tuple(s) for s in pw.in_shapes[1:]]
+    f.out_shape, f.params = infer("conv_dwpw", f.attrs, f.in_shapes)
+    assert tuple(f.out_shape) == tuple(pw.out_shape), (f.out_shape, pw.out_shape)
+    f.origins = dict(pw.origins)
+    f.origins.update({"dw_" + t: param_origin(dw, t) for t, _ in dw.params})
+    f.fused = list(pw.fused) + [dw.name] + list(dw.fused)
+    return f
+
+
+def fuse_dwpw(net, which=None):
+    """`net` with each pointwise conv named in `which` (all fusable ones when None) and the
+    depthwise conv before it folded into one conv_dwpw layer named after the pointwise conv
+    (dwpw_layer), in its place in the order. Names not fusable are an error."""
+    net, chosen = _chosen(net, [(pw, dw) for dw, pw in fusable_dwpw(net)], which,
+                          "a depthwise conv",
+                          "a pointwise conv whose input is a depthwise conv read by it alone")
+    fused = {pw.name: dwpw_layer(dw, pw) for pw, dw in chosen}
+    gone = {dw.name for _, dw in chosen}
+    net.layers = [fused.get(l.name, l) for l in net.layers if l.name not in gone]
     return net
 
 

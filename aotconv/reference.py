@@ -235,6 +235,19 @@ def conv_pool(x, w, b, a, out_shape):
     return pool(conv(x, w, b, ca, mid), pa, out_shape, "max" if pop == "maxpool" else "avg")
 
 
+def conv_dwpw(xs, prm, a, out_shape):
+    """The depthwise conv (+bias+act), then the pointwise conv with its bias, residual (xs[1])
+    and act: the unfused pair, by construction."""
+    from .ops import split_conv_dwpw, infer
+    dw, pw = split_conv_dwpw(a)
+    mid = infer("conv", dw, [xs[0].shape])[0]
+    d = conv(xs[0], prm["dw_weight"], prm.get("dw_bias"), dw, mid)
+    if not pw.get("residual"):
+        return conv(d, prm["weight"], prm.get("bias"), pw, out_shape)
+    y = conv(d, prm["weight"], prm.get("bias"), dict(pw, act="none"), out_shape)
+    return act_of(y + xs[1], pw)
+
+
 def forward(layer, inputs, params, dtype=np.float64):
     """Output of `layer` (float64) for float64 `inputs` (list) and `params` ({name: array}).
     `dtype` np.float32 computes in float32 instead, for the ops of half-storage builds
@@ -286,6 +299,8 @@ def forward(layer, inputs, params, dtype=np.float64):
         return x.reshape(x.shape[0], -1, 1, 1)
     if op == "conv_pool":
         return conv_pool(x, prm["weight"], prm.get("bias"), a, layer.out_shape)
+    if op == "conv_dwpw":
+        return conv_dwpw(xs, prm, a, layer.out_shape)
     if op == "scale":
         return x * xs[1]                                  # s (N, C, 1, 1) broadcasts over H, W
     if op == "mul":
@@ -314,7 +329,7 @@ def random_params(layer, rng):
     """
     out = {}
     for name, shape in layer.params:
-        if name == "weight":
+        if name.endswith("weight"):                       # a conv_dwpw's dw_weight too
             v = rng.standard_normal(shape, dtype=np.float32)
             v *= np.float32(1.0 / np.sqrt(np.prod(shape[1:])))
         elif name in ("gamma", "var"):

@@ -10,14 +10,17 @@ buffer like the others, live from the start of a run until its last reader.
 Parameters keep the layout of the network as written (the `source` of build_schedule,
 docs/params.md): a tensor a kernel reads as the user gave it is a ParamRow (copied in
 set_params); the weight and bias of a layer a batchnorm was folded into (passes.fold_batchnorm)
-are a FoldRow, computed in set_params from the user's conv/dense and batchnorm tensors.
+are a FoldRow, computed in set_params from the user's conv/dense and batchnorm tensors. A
+tensor of a fused layer may come from another layer as written (passes.param_origin: a
+conv_dwpw's dw_weight and dw_bias are its depthwise conv's weight and bias): its rows read that
+layer's tensors, folded with that layer's own batchnorms.
 """
 from dataclasses import dataclass, field
 
 from .graph import count
 from .names import c_comment, c_ident, kernel_prefix
 from .ops import is_alias
-from .passes import batchnorm_folds, resolve_alias
+from .passes import batchnorm_folds, param_origin, resolve_alias
 from .precision import element_bytes, storage_of
 from .layouts import insert_conversions, fallback_convert_choices
 
@@ -86,6 +89,8 @@ class FoldRow:
     weight_offset: int      # of the user's weight in the flat parameters
     bias_offset: int        # of the user's bias, or None where the layer had none
     batchnorms: list        # [(name, gamma, beta, mean, var offsets, eps)] in fold order
+    source: str = None      # the layer as written whose weight and bias these are, where not
+                            # `layer` (a conv_dwpw's depthwise conv: passes.param_origin)
 
 
 class InOut:
@@ -125,6 +130,7 @@ class Schedule(InOut):
     conversions: list = field(default_factory=list)   # names of the layout_convert layers
     fusion: list = None             # pool fusion decisions (aotconv.fusion), set by compiler
     residual: list = None           # residual add fusion decisions (aotconv.fusion), likewise
+    dwpw: list = None               # depthwise -> pointwise fusion decisions, likewise
     layout_plan: object = None      # layouts.LayoutPlan, set by compiler
 
     @property
@@ -194,7 +200,9 @@ def _source_head(layer, choice):
 
 def _plan_params(sch, net):
     """The parameter buffers of `net`'s kernels, each a ParamRow (the user's tensor as given)
-    or part of a FoldRow (weight and bias folded with batchnorms); {"<layer>.<tensor>": buffer}."""
+    or part of a FoldRow (weight and bias folded with batchnorms); {"<layer>.<tensor>": buffer}.
+    Each tensor is read from the layer as written it comes from (passes.param_origin), the
+    tensors of one such layer with the batchnorms folded into it forming one FoldRow."""
     user = {(l, t): (shape, off) for l, t, shape, off in sch.source.param_layout()}
     folds = batchnorm_folds(sch.source, net)
     src = {l.name: l for l in sch.source.layers}
@@ -206,10 +214,11 @@ def _plan_params(sch, net):
         param_buf[f"{lname}.{tname}"] = len(sch.buffers) - 1
         return len(sch.buffers) - 1
 
-    def user_tensor(lname, tname, shape):
-        got = user.get((lname, tname))
+    def user_tensor(lname, origin, shape):
+        got = user.get(origin)
         if got is None or tuple(got[0]) != tuple(shape):
-            raise ValueError(f"layer {lname}: its kernel reads parameter '{tname}' "
+            what = origin[1] if origin[0] == lname else f"{origin[0]}.{origin[1]}"
+            raise ValueError(f"layer {lname}: its kernel reads parameter '{what}' "
                              f"{list(shape)}, which the source network's layout "
                              f"{'has as ' + str(list(got[0])) if got else 'lacks'}; pass the "
                              f"network as written (before passes) as source")
@@ -217,27 +226,37 @@ def _plan_params(sch, net):
 
     def file_order(l):
         # the tables in the user's order, as param_layout lists the tensors
-        return user.get((l.name, l.params[0][0]), (None, -1))[1]
+        return user.get(param_origin(l, l.params[0][0]), (None, -1))[1]
 
     for l in sorted((l for l in net.layers if l.params), key=file_order):
-        if l.name not in folds:
-            for tname, shape in l.params:
-                off = user_tensor(l.name, tname, shape)
-                sch.params.append(ParamRow(f"{l.name}.{tname}", buffer(l.name, tname, shape),
-                                           off, count(shape)))
-            continue
-        orig = src[l.name]
-        pshape = dict(l.params)
-        wshape = pshape["weight"]
-        w_off = user_tensor(l.name, "weight", wshape)
-        b_off = user_tensor(l.name, "bias", pshape["bias"]) if orig.attrs.get("bias") else None
-        bns = []
-        for bn in folds[l.name]:
-            offs = [user_tensor(bn, t, (wshape[0],)) for t in ("gamma", "beta", "mean", "var")]
-            bns.append((bn, *offs, float(src[bn].attrs["eps"])))
-        sch.folds.append(FoldRow(l.name, buffer(l.name, "weight", wshape),
-                                 buffer(l.name, "bias", pshape["bias"]), wshape[0],
-                                 count(wshape[1:]), w_off, b_off, bns))
+        # the layer's tensors grouped by the layer as written each comes from, in their order
+        parts = {}
+        for tname, shape in l.params:
+            origin = param_origin(l, tname)
+            parts.setdefault(origin[0], []).append((tname, origin, shape))
+        for sname, tensors in parts.items():
+            if sname not in folds:
+                for tname, origin, shape in tensors:
+                    off = user_tensor(l.name, origin, shape)
+                    sch.params.append(ParamRow(f"{l.name}.{tname}",
+                                               buffer(l.name, tname, shape), off, count(shape)))
+                continue
+            # a folded layer's weight and bias: the user's, through its batchnorms
+            mine = {origin[1]: (tname, origin, shape) for tname, origin, shape in tensors}
+            wname, worigin, wshape = mine["weight"]
+            bname, _, bshape = mine["bias"]
+            w_off = user_tensor(l.name, worigin, wshape)
+            b_off = (user_tensor(l.name, (sname, "bias"), bshape)
+                     if src[sname].attrs.get("bias") else None)
+            bns = []
+            for bn in folds[sname]:
+                offs = [user_tensor(l.name, (bn, t), (wshape[0],))
+                        for t in ("gamma", "beta", "mean", "var")]
+                bns.append((bn, *offs, float(src[bn].attrs["eps"])))
+            sch.folds.append(FoldRow(l.name, buffer(l.name, wname, wshape),
+                                     buffer(l.name, bname, bshape), wshape[0],
+                                     count(wshape[1:]), w_off, b_off, bns,
+                                     sname if sname != l.name else None))
     return param_buf
 
 

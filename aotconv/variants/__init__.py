@@ -7,6 +7,7 @@ convolution; an unknown name is an error.
 import os
 from .eltwise import Eltwise
 from .conv_pool import ConvPoolDirect
+from .conv_dwpw import ConvDwpw
 from .layout_convert import LayoutConvert
 from .conv_direct import ConvDirect
 from .conv_depthwise import ConvDepthwise
@@ -41,6 +42,7 @@ from .eltwise_nhwc import AddNhwc, EltwiseNhwc, ScaleNhwc
 VARIANTS = [
     Eltwise(),
     ConvPoolDirect(),
+    ConvDwpw(),
     LayoutConvert(),
     ConvDepthwise(),            # before conv_direct: the fallback of depthwise layers
     ConvDirect(),
