@@ -533,7 +533,8 @@ class Store:
         for rec in self._by_op.get((key.op, key.variant), ()):
             if key.matches(rec):
                 try:
-                    out[cfg_from_json(rec["cfg"])] = Outcome.from_dict(rec)
+                    out[key._impl.completed(cfg_from_json(rec["cfg"]))] = \
+                        Outcome.from_dict(rec)
                 except (ValueError, KeyError, TypeError):
                     self.malformed += 1
         return out

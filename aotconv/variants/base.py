@@ -267,6 +267,9 @@ class Variant:
                                 # index it computes fits) or 64 for long
     half_storage = False        # True: renders half-storage kernels (--precision fp16), its
                                 # own buffers and scratch staying FP32 (docs/precision.md)
+    added_knobs = ()            # ((name, value), ...): knobs added after records of the
+                                # variant were made, last in knob order, each with the value
+                                # whose kernel those records ran (Variant.completed)
 
     # -- domain ---------------------------------------------------------------------------------
     def supports(self, layer):
@@ -285,6 +288,13 @@ class Variant:
     # -- space ----------------------------------------------------------------------------------
     def knobs(self, layer, target):
         return [Knob("WG", (64,), "work-group size")]
+
+    def completed(self, cfg):
+        """`cfg` (a recorded point) with the added knobs it lacks at the values its kernel
+        had before they existed, so that a record made before a knob keeps matching the
+        point it timed."""
+        missing = tuple((k, v) for k, v in self.added_knobs if cfg.get(k, cfg) is cfg)
+        return Config(cfg.items + missing) if missing else cfg
 
     def fallback(self, layer, target):
         """The untuned configuration: valid under `target`'s limits whenever the space has a
