@@ -85,7 +85,7 @@ def _covers(rows, c):
     return wg % ch == 0 and (rows * ch) % wg == 0
 
 
-_KNOBS = ("BM", "BN", "BK", "WM", "WN", "PAD", "DBUF", "CPASYNC", "LDSM")
+_KNOBS = ("BM", "BN", "BK", "WM", "WN", "PAD", "DBUF", "CPASYNC", "LDSM", "EPI")
 
 
 def _fallbacks(*rows):
@@ -93,11 +93,28 @@ def _fallbacks(*rows):
 
 
 # Preferred untuned points, big tiles first, none with the knobs the H100 has not measured
-# (CPASYNC, LDSM); the last is valid for every layer of the domain (one warp on a 32 x 32 tile
-# is never oversized and its loads, 64 uint4 of each tile per step, always cover the tiles).
-_FALLBACKS = _fallbacks((128, 128, 32, 2, 2, 4, 1, 0, 0), (128, 64, 32, 2, 2, 4, 1, 0, 0),
-                        (64, 64, 32, 2, 2, 4, 1, 0, 0), (64, 64, 16, 2, 2, 4, 0, 0, 0),
-                        (64, 32, 16, 2, 1, 4, 0, 0, 0), (32, 32, 16, 1, 1, 4, 0, 0, 0))
+# (CPASYNC, LDSM, EPI); the last is valid for every layer of the domain (one warp on a 32 x 32
+# tile is never oversized and its loads, 64 uint4 of each tile per step, always cover the
+# tiles).
+_FALLBACKS = _fallbacks((128, 128, 32, 2, 2, 4, 1, 0, 0, 0), (128, 64, 32, 2, 2, 4, 1, 0, 0, 0),
+                        (64, 64, 32, 2, 2, 4, 1, 0, 0, 0), (64, 64, 16, 2, 2, 4, 0, 0, 0, 0),
+                        (64, 32, 16, 2, 1, 4, 0, 0, 0, 0), (32, 32, 16, 1, 1, 4, 0, 0, 0, 0))
+
+
+def _epi(c):
+    """EPI of a point; a point recorded before the knob existed ran the direct epilogue."""
+    return c.get("EPI", 0)
+
+
+def _eld(c):
+    """Floats per row of the staged epilogue tile: BN + 8, 8 (mod 32) (the template's bank
+    analysis)."""
+    return c["BN"] + 8
+
+
+def _epi_words(c):
+    """Local words of the staged epilogue: one pass, WM * 16 pixels of BN channels."""
+    return c["WM"] * 16 * _eld(c) if _epi(c) else 0
 
 
 class ConvMmaF16Nhwc(Variant):
@@ -106,6 +123,7 @@ class ConvMmaF16Nhwc(Variant):
     template = "kernels/conv_mma_f16_nhwc.cl.mako"
     layouts = ("NHWC", "NHWC")
     half_storage = True          # reads and writes half; FP32 products and sums (the fp16 math)
+    added_knobs = (("EPI", 0),)  # a record made before EPI ran the direct epilogue
 
     constraints = (
         *F16_MMA_CONSTRAINTS,
@@ -134,6 +152,11 @@ class ConvMmaF16Nhwc(Variant):
                    "a K step beyond the next power of two above R*S*C (floor 16, one mma "
                    "k-step) multiplies zeros",
                    lambda l, c, t: c["BK"] <= max(16, pow2_at_least(_dims(l)[2]))),
+        Constraint("epilogue_whole_vectors", "algorithm",
+                   "the staged epilogue (EPI = 1) stores, and reads the bias and residual, in "
+                   "16-byte vectors of 8 channels of one pixel: K % 8 == 0 keeps every pixel's "
+                   "channels on a 16-byte boundary (else the direct epilogue, EPI = 0)",
+                   lambda l, c, t: not c["EPI"] or _dims(l)[1] % VEC == 0),
         Constraint("stages_not_oversized", "software",
                    "more cp.async stages than K steps (floor 2) hold nothing",
                    lambda l, c, t: c["CPASYNC"] <= max(2, _ktiles(l, c))),
@@ -170,24 +193,29 @@ class ConvMmaF16Nhwc(Variant):
                 Knob("CPASYNC", (0, 3, 2), "local stages filled by cp.async (0: loads through "
                                            "registers); unmeasured on hardware"),
                 Knob("LDSM", (0, 1), "fragments read with ldmatrix.x4; unmeasured on "
-                                     "hardware")]
+                                     "hardware"),
+                Knob("EPI", (0, 1), "epilogue staged through local memory, stored in 16-byte "
+                                    "vectors (0: half2 stores from the fragments); unmeasured "
+                                    "on hardware")]
 
     def fallback(self, layer, target):
         return first_valid(self, layer, target, _FALLBACKS, lambda c: _work_groups(layer, c))
 
     def local_mem_bytes(self, layer, cfg):
         """Exactly what the template declares: the stages of both tiles in words of two halves
-        as a uint4 array (smem4: NBUF * STAGE / 4), and where the mma is emulated its fragment
-        exchange (192 words a warp) and ldmatrix's address exchange (32 a warp)."""
+        as a uint4 array (smem4: NBUF * STAGE / 4), or the staged epilogue's pass (EPI = 1)
+        where it is larger, and where the mma is emulated its fragment exchange (192 words a
+        warp) and ldmatrix's address exchange (32 a warp)."""
         c = cfg
-        words = (c["BM"] + c["BN"]) * _ld(c) * _stages(c) // 4 * 4
+        words = max((c["BM"] + c["BN"]) * _ld(c) * _stages(c), _epi_words(c)) // 4 * 4
         if emulated():
             words += c["WM"] * c["WN"] * (192 + (32 if c["LDSM"] else 0))
         return 4 * words
 
     def registers(self, layer, cfg):
         """Accumulators, one k-step's fragment words, the pixel state of the activation rows,
-        the prefetched step (uint4 each), ~24."""
+        the prefetched step (uint4 each), ~24; the staged epilogue holds a bias chunk (8
+        floats) through its passes."""
         c = cfg
         mi, ni = _frags(c)
         a_iters = c["BM"] * _chunks(c) // _wg(c)
@@ -195,6 +223,8 @@ class ConvMmaF16Nhwc(Variant):
         regs = 4 * mi * ni + 4 * mi + 2 * ni + 3 * a_iters + 24
         if c["DBUF"] and not c["CPASYNC"]:
             regs += 4 * (a_iters + b_iters)
+        if _epi(c):
+            regs += 8
         return regs
 
     # -- code -----------------------------------------------------------------------------------
@@ -212,7 +242,13 @@ class ConvMmaF16Nhwc(Variant):
             HCHK=needs_bounds(d["H"], d["P"], d["SH"], d["PT"], d["R"], d["DH"]),
             WCHK=needs_bounds(d["W"], d["Q"], d["SW"], d["PL"], d["S"], d["DW"]),
             KCHK=rsc % c["BK"] != 0, MCHK=npq % c["BM"] != 0, NCHK=k % c["BN"] != 0,
-            PAIRS=k % 2 == 0, EMULATE=emulated(), has_bias=bool(layer.attrs["bias"]))
+            PAIRS=k % 2 == 0, EMULATE=emulated(), has_bias=bool(layer.attrs["bias"]),
+            EPI=_epi(c))
+        # the staged epilogue's pass: WM * 16 pixels of BN channels in 16-byte vectors (the
+        # template reads these where EPI = 1 only)
+        vecs = c["WM"] * 16 * c["BN"] // VEC
+        d.update(ELD=_eld(c), E_ITERS=ceil_div(vecs, wg), ECHK=vecs % wg != 0,
+                 SMEM=max((c["BM"] + c["BN"]) * _ld(c) * _stages(c), _epi_words(c)))
         return d
 
     def buffers(self, layer, cfg):
