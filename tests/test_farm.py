@@ -309,3 +309,25 @@ def test_lanes_keep_several_layers_in_flight_and_survive_a_killed_worker(pocl, f
     assert progress.killed and farm.requeued == before + 1
     assert all(r.best is not None for r in res.values()) and len(res) == 4
     assert _wait_for_hosts(farm, 2) == 2
+
+
+@farm_tests
+def test_the_trace_has_one_ordered_line_per_candidate(pocl, farm, tmp_path):
+    """AOTCONV_FARM_TRACE: each candidate's line says which device ran it and when it was
+    queued, compiled, built, run and done, in that order (written as each ends)."""
+    layer, cands = _conv_candidates(pocl, 4)
+    path = tmp_path / "trace.jsonl"
+    farm._trace = open(path, "a", encoding="utf-8")
+    try:
+        outs = farm.measure(layer, cands)
+    finally:
+        farm._trace.close()
+        farm._trace = None
+    assert all(o.ok for o in outs)
+    lines = [json.loads(l) for l in open(path)]
+    assert len(lines) == len(cands)
+    for l in lines:
+        assert l["layer"] == "c" and l["variant"] == "conv_direct" and l["status"] == "ok"
+        assert l["host"] in {h.ordinal for h in farm.hosts}
+        ts = [l[k] for k in ("queued", "compile", "built", "run", "done")]
+        assert ts == sorted(ts) and ts[0] >= 0

@@ -52,6 +52,7 @@ POLL_S = 0.5             # how long an idle dispatcher waits for work before loo
 WAKE_S = 0.05            # a busy dispatcher's wait on Ray, so that new work starts at once
 PING_S = 5.0             # heartbeat period of a busy actor
 INSTALL = "pip install aotconv[farm]"
+TRACE_ENV = "AOTCONV_FARM_TRACE"   # a file: one JSON line per candidate, when it passed where
 
 
 def resource_name(target_name):
@@ -162,11 +163,13 @@ class _Call:
 
 
 class _Task:
-    """One candidate of a call, through compile and run."""
-    __slots__ = ("call", "i", "job", "attempts")
+    """One candidate of a call, through compile and run; `at` {event: monotonic time} for
+    the trace (queued, compile, built, run, done) and `host`, the ordinal that ran it."""
+    __slots__ = ("call", "i", "job", "attempts", "at", "host")
 
     def __init__(self, call, i, job):
         self.call, self.i, self.job, self.attempts = call, i, job, 0
+        self.at, self.host = {"queued": time.monotonic()}, None
 
 
 class _Host:
@@ -213,6 +216,9 @@ class Farm(MeasurerBase):
         self._closing = threading.Event()
         self._thread = None
         self._broken = None                # the error every later measure() raises
+        self._t0 = time.monotonic()
+        trace = os.environ.get(TRACE_ENV)
+        self._trace = open(trace, "a", encoding="utf-8") if trace else None
         if workers is not None and workers < 1:
             raise AotconvError(f"--ray-workers {workers}: give a positive integer")
         self._start_ray(address, workers)
@@ -408,12 +414,27 @@ class Farm(MeasurerBase):
                 return
 
     def _finish(self, task, o):
+        if self._trace is not None:
+            self._write_trace(task, o)
         call = task.call
         call.left -= 1
         if call.left <= 0:
             self._calls.discard(call)
         if not call.cancelled:
             call.events.put((task.i, o))
+
+    def _write_trace(self, task, o):
+        """One line of the trace: the candidate's layer, variant, status, the device ordinal
+        that ran it, and the seconds since the farm started at which it was queued (its
+        measure() call), compiled, built, began its run and was done; written and flushed as
+        each candidate ends, so a run that is killed keeps its trace."""
+        now = time.monotonic()
+        line = {"layer": task.call.layer.name, "variant": task.job.plan.name,
+                "status": o.status.value, "host": task.host,
+                **{k: round(t - self._t0, 4) for k, t in task.at.items()},
+                "done": round(now - self._t0, 4)}
+        self._trace.write(json.dumps(line) + "\n")
+        self._trace.flush()
 
     def _fail_all(self, error):
         """Every pending call ends with `error` (an exception, or a function of the call that
@@ -443,6 +464,7 @@ class Farm(MeasurerBase):
                 ref = self._remote_compile.options(**opts).remote(
                     self.profile, task.job.source, self.options, self.binaries)
                 self._compiling[ref] = (task, time.monotonic())
+                task.at["compile"] = self._compiling[ref][1]
         # runs: a CPU device times nothing while compiles run or wait
         if self.overlap or not (self._compiling or self._to_compile):
             for h in [h for h in self.hosts if h.job is None]:
@@ -452,6 +474,7 @@ class Farm(MeasurerBase):
                 task, built, node = self._ready[pick]
                 del self._ready[pick]
                 h.job = (task, h.actor.run.remote(task.job, built), built, node)
+                task.at["run"], task.host = time.monotonic(), h.ordinal
                 h.ping = None
         self._joined()
         if self._calls and not self.hosts and not self._starting:
@@ -484,6 +507,7 @@ class Farm(MeasurerBase):
                                                build_s=secs))
                 else:
                     self._ready.append((task, (kind, value, secs), node))
+                    task.at["built"] = time.monotonic()
             else:
                 h = running[ref]
                 task = h.job[0]
@@ -586,3 +610,6 @@ class Farm(MeasurerBase):
         if self._own_ray and ray.is_initialized():
             ray.shutdown()
         self._own_ray = False
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
