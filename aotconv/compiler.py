@@ -70,9 +70,10 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
                     tune_mode="tune", budget=None, strategy=None, tuning_db=None,
                     require_tuned=False, check=False, measure=True, quiet=False, json_progress=False,
                     jobs=None, fuse_pool="measure", input_shapes=None, binaries=True,
-                    precision="fp32", recheck=None):
+                    precision="fp32", recheck=None, fuse_dwpw="measure"):
     """Build the library of `source` (a net.yaml, a shipped network's name or an .onnx model)
-    for `target` into `outdir`; the keywords are `aotconv build`'s options. `batch`: None (the
+    for `target` into `outdir`; the keywords are `aotconv build`'s options (`fuse_pool` and
+    `fuse_dwpw`: the pool and depthwise fusion policies, aotconv.fusion). `batch`: None (the
     network's own), a size, or increasing sizes (a list, or the text "1,8,32"): one library
     that runs any number of samples up to the largest (docs/c-api.md, Batch sizes)."""
     t0 = time.time()
@@ -93,7 +94,7 @@ def compile_network(source, target="auto", outdir=None, batch=None, weights=None
                       with_precision(tgt, precision))
     net0, net = units[-1].net0, units[-1].net
     outdir = Path(outdir or Path("build") / net.name)
-    job = _Job(units, flat, seed, check, measure, fuse_pool,
+    job = _Job(units, flat, seed, check, measure, fuse_pool, fuse_dwpw,
                reference_ok=first.imported is not None and not weights, binaries=binaries)
     sized = (f"batch sizes {', '.join(str(u.batch) for u in units)}, "
              if len(units) > 1 else "")
@@ -142,6 +143,7 @@ class _Job:
     check: bool
     measure: bool
     fuse_pool: str
+    fuse_dwpw: str
     reference_ok: bool = False   # the ONNX import's reference may stand for numpy's
     binaries: bool = True    # embed device binaries where the target's device is present
 
@@ -220,8 +222,9 @@ def _size_clock(clock, done, sizes_left):
 
 
 def _schedule(ctx, u, job, quiet):
-    """The Schedule of one batch size: choices (tuned, recorded or fallback), pools and
-    residual adds fused where measured faster, layouts planned, conversions inserted."""
+    """The Schedule of one batch size: choices (tuned, recorded or fallback), pools, residual
+    adds and depthwise convs fused where measured faster, layouts planned, conversions
+    inserted."""
     net = u.net
 
     def choose_only(n, only):
@@ -242,25 +245,29 @@ def _schedule(ctx, u, job, quiet):
                                            choose_only)
         net, choices, residual = fusion.apply_residual(net, choices, ctx.profile, "measure",
                                                        ctx.mode, choose_only)
+        net, choices, dwpw = fusion.apply_dwpw(net, choices, ctx.profile, job.fuse_dwpw,
+                                               ctx.mode, choose_only)
     with phase("layouts"):
         choices, layout_plan = layouts.plan_network(net, choices, ctx)
         sch = build_schedule(net, choices, convert=choose_conversions, source=u.net0,
                              file_suffix=batches.file_suffix(u.batch, job.ranged))
-    sch.fusion, sch.residual, sch.layout_plan = fused, residual, layout_plan
-    if fused or residual or sch.conversions:
+    sch.fusion, sch.residual, sch.dwpw, sch.layout_plan = fused, residual, dwpw, layout_plan
+    if fused or residual or dwpw or sch.conversions:
         at = f"batch {u.batch}: " if job.ranged else ""
         log(f"aotconv: {at}{sum(d.fused for d in fused)} of {len(fused)} pools and "
             f"{sum(d.fused for d in residual)} of {len(residual)} residual adds fused into "
-            f"their conv; {len(sch.conversions)} layout conversions inserted", quiet)
+            f"their conv, {sum(d.fused for d in dwpw)} of {len(dwpw)} depthwise convs into "
+            f"the pointwise conv after them; {len(sch.conversions)} layout conversions "
+            f"inserted", quiet)
     return sch
 
 
 def _time_for(ctx, net, only, quiet):
-    """Whether a search after the network's (fused pools and adds, layout conversions) of the
-    layers `only` of `net` fits in what a time budget has left before the library, measuring
-    each unique layer once at least; when it does not, says so and it measures nothing (its
-    pools stay unfused, an add is fused only where the conv's own kernel takes it, its
-    conversions run their fallback)."""
+    """Whether a search after the network's (fused pools, adds and depthwise convs, layout
+    conversions) of the layers `only` of `net` fits in what a time budget has left before the
+    library, measuring each unique layer once at least; when it does not, says so and it
+    measures nothing (its pools and depthwise convs stay unfused, an add is fused only where
+    the conv's own kernel takes it, its conversions run their fallback)."""
     clock = ctx.budget
     if not isinstance(clock, Clock) or not ctx.tuning:
         return True

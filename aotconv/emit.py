@@ -289,6 +289,8 @@ def _tuning_doc(sch, target):
     doc["batchnorm_folds"] = [dict(layer=f.layer, batchnorms=[b[0] for b in f.batchnorms])
                               for f in sch.folds]
     doc["residual_fusion"] = [d.as_dict() for d in (sch.residual or [])]
+    # depthwise convs fused into the pointwise conv after them
+    doc["dwpw_fusion"] = [d.as_dict() for d in (getattr(sch, "dwpw", None) or [])]
     doc["layout_conversions"] = dict(
         count=len(sch.conversions),
         layers=[dict(name=n, tensor=net.layer(n).inputs[0], src=net.layer(n).attrs["src"],

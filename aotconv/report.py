@@ -237,16 +237,24 @@ def _ms(v):
     return "-" if v is None else f"{v:.4f}"
 
 
+def _fold_text(f):
+    """A FoldRow as the report names it: the layer as written and its batchnorms (and, for
+    one fused into another layer's kernel, that layer)."""
+    bns = ", ".join(b[0] for b in f.batchnorms)
+    if f.source:
+        return f"{f.source} ({bns}; run in {f.layer})"
+    return f"{f.layer} ({bns})"
+
+
 def _fusion_and_layouts(sch, level="##"):
-    """The batchnorms folded, which pools and residual adds were fused (times compared) and
-    the layout conversions (aotconv.passes, aotconv.fusion, aotconv.layouts)."""
+    """The batchnorms folded, which pools, residual adds and depthwise convs were fused (times
+    compared) and the layout conversions (aotconv.passes, aotconv.fusion, aotconv.layouts)."""
     out = [f"{level} Fusion and layouts", ""]
     folds = getattr(sch, "folds", None) or []
     if folds:
         out += [f"Batchnorms folded into the conv or dense before them (weights and bias "
                 f"computed in set_params): {sum(len(f.batchnorms) for f in folds)}, into "
-                + ", ".join(f"{f.layer} ({', '.join(b[0] for b in f.batchnorms)})"
-                            for f in folds) + ".", ""]
+                + ", ".join(_fold_text(f) for f in folds) + ".", ""]
     res = getattr(sch, "residual", None) or []
     if res:
         out += [f"Residual adds fused into the epilogue of the conv before them: "
@@ -257,6 +265,17 @@ def _fusion_and_layouts(sch, level="##"):
                 "|---|---|---|---|---|---|---|---|"]
         out += [f"| {d.conv} | {d.add} | {d.residual} | {_ms(d.conv_ms)} | {_ms(d.add_ms)} "
                 f"| {_ms(d.fused_ms)} | {'yes' if d.fused else 'no'} | {d.why} |" for d in res]
+        out.append("")
+    dwpw = getattr(sch, "dwpw", None) or []
+    if dwpw:
+        out += [f"Depthwise convs fused into the pointwise conv after them (conv_dwpw: the "
+                f"depthwise output never reaches memory): {sum(d.fused for d in dwpw)} of "
+                f"{len(dwpw)} candidates (kept where the fused kernel measures faster than "
+                f"dw + pw).", "",
+                "| pw conv | dw conv | pw ms | dw ms | fused ms | fused | why |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {d.conv} | {d.dw} | {_ms(d.conv_ms)} | {_ms(d.dw_ms)} | {_ms(d.fused_ms)} "
+                f"| {'yes' if d.fused else 'no'} | {d.why} |" for d in dwpw]
         out.append("")
     fusion = sch.fusion or []
     if fusion:

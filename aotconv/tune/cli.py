@@ -107,7 +107,7 @@ def cmd_space(args, load=None):
 
 def cmd_tune(args, load=None):
     """Tune the network's layers, then what a build of those choices measures after them (the
-    pool and residual-add fusion searches, the layout plan's conversions and the layout_convert
+    pool, residual-add and depthwise fusion searches, the layout plan's conversions and the layout_convert
     layers it inserts: an fp16 build's casts at the input and the outputs among them), so that a
     build from the records finds every kernel it runs. With --layer: those layers, network
     layers or the conversions a build from the records inserts."""
@@ -223,7 +223,7 @@ def recorded_conversions(net, ctx):
 def _after_network(net, choices, ctx, quiet, taken):
     """{row: (layer, Choice)} of what a build measures after the network's search, as the
     build does it (compiler._schedule): the pools and residual adds fused into their conv,
-    where worth measuring; the layout plan (the conversions it prices are measured through
+    where worth measuring, then the depthwise convs into the pointwise conv after them; the layout plan (the conversions it prices are measured through
     choose); the layout_convert layers the plan's choices need. Each search shares the
     context's budget (a time budget's one clock, each measuring nothing where it has no room
     left, as in a build; a trial budget as a build's later searches take it). A fused layer's
@@ -239,6 +239,8 @@ def _after_network(net, choices, ctx, quiet, taken):
     net, choices, _ = fusion.apply(net, choices, ctx.profile, "measure", ctx.mode, choose_only)
     net, choices, _ = fusion.apply_residual(net, choices, ctx.profile, "measure", ctx.mode,
                                             choose_only)
+    net, choices, _ = fusion.apply_dwpw(net, choices, ctx.profile, "measure", ctx.mode,
+                                        choose_only)
     choices, _ = layouts.plan_network(net, choices, ctx)
     _, new = layouts.insert_conversions(net, choices)
     if new:

@@ -105,9 +105,6 @@ class ConvDwpw(Variant):
         not_oversized("cb_not_oversized",
                       "a step beyond the next power of two above C (floor 4) computes zeros",
                       lambda c: c["CB"], lambda l: l.in_shape[1], 4),
-        Constraint("accumulators_fit", "software",
-                   "more than 64 accumulators per work-item spill on the compilers we target",
-                   lambda l, c, t: c["RP"] * c["RK"] <= 64),
         Constraint("dw_share_fits", "software",
                    f"a work-item computes at most {MAX_DW_PER_ITEM} depthwise outputs per step "
                    f"(CB * TP / work-items): it keeps each one's window offset in registers",
@@ -131,9 +128,11 @@ class ConvDwpw(Variant):
                 Knob("CB", (16, 8, 4, 32), "input channels per step")]
 
     def fallback(self, layer, target):
-        return first_valid(self, layer, target,
-                           _FALLBACKS["gpu" if target.kind == "gpu" else "cpu"],
-                           lambda c: _work_groups(layer, c))
+        # a step no deeper than the channels (to the next power of two, floor 4)
+        cb = max(4, pow2_at_least(layer.in_shape[1]))
+        points = [dict(p, CB=min(p["CB"], cb))
+                  for p in _FALLBACKS["gpu" if target.kind == "gpu" else "cpu"]]
+        return first_valid(self, layer, target, points, lambda c: _work_groups(layer, c))
 
     def local_mem_bytes(self, layer, cfg):
         """Exactly what the template declares: Dl[CB * TP] and Wl[CB * (TK + 1)] floats."""
