@@ -159,6 +159,7 @@ CASES = [
     ("conv_im2col", "k3_32to48", H100, (_knob_is("KSPLIT", lambda k: k > 1),)),
     ("conv_winograd", "k3_32to48", H100, ()),
     ("conv_depthwise", "dw3_s2", H100, (_knob_is("LMEM", bool),)),
+    ("conv_dwpw", "dwpw_96to24", H100, (_knob_is("CB", lambda c: c == 32),)),
     ("conv_mma", "k3_64to64", H100_TF32, (_knob_is("DBUF", lambda d: not d),)),
     ("conv_mma_f16", "k3_64to64_half", H100_FP16, (_knob_is("DBUF", lambda d: not d),)),
     ("conv_mma_f16_nhwc", "k3_64to64_half", H100_FP16,
@@ -176,6 +177,10 @@ CASES = [
 def layer_of(lid):
     if lid == "nchw_to_nhwc":
         return layout_convert((2, 19, 5, 7), "NCHW", "NHWC")
+    if lid == "dwpw_96to24":                  # a depthwise conv fused into a pointwise conv
+        from aotconv.passes import dwpw_layer
+        dw = layer("conv", (1, 96, 14, 14), name="dw", out=96, kernel=3, pad=1, groups=96)
+        return dwpw_layer(dw, layer("conv", dw.out_shape, name="pw", out=24, kernel=1))
     op, shape, raw = {
         "resnet_l2_conv1": ("conv", RESNET_L2_CONV1["in_shape"],
                             {k: x for k, x in RESNET_L2_CONV1.items() if k != "in_shape"}),
