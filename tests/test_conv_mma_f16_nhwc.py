@@ -186,6 +186,126 @@ def test_pad_4_makes_every_fragment_read_conflict_free(bk):
                 assert (len(set(banks)) == 32) == free, (bk, pad, phase)
 
 
+# -- the staged epilogue (EPI) -------------------------------------------------------------------
+
+def _without(cfg, knob):
+    return Config(tuple(kv for kv in cfg.items if kv[0] != knob))
+
+
+def _with(cfg, **kw):
+    return Config(tuple((k, kw.get(k, v)) for k, v in cfg.items))
+
+
+def test_epi_0_is_the_direct_epilogue_and_what_a_point_without_epi_renders(monkeypatch):
+    """EPI's first value is 0 (the fallback's), and a point without the knob (a record made
+    before it) renders and hashes as EPI = 0: the half2 stores from the fragments. EPI = 1
+    renders the staged epilogue instead: no half2 store, 16-byte vectors of the output."""
+    from aotconv.tune.records import kernel_hash
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv((2, 16, 8, 8), res=True, out=32, kernel=3, pad=1, act="relu")
+    knob = [k for k in V.knobs(layer, H16) if k.name == "EPI"]
+    assert knob and knob[0].values[0] == 0 and V.knobs(layer, H16)[-1].name == "EPI"
+    assert V.fallback(layer, H16)["EPI"] == 0
+    for want in (dict(DBUF=1), dict(CPASYNC=3, LDSM=1)):
+        cfg = pick(layer, H16, EPI=0, **want)
+        old = _without(cfg, "EPI")
+        direct = V.render(layer, cfg, "k")
+        assert V.render(layer, old, "k") == direct
+        assert kernel_hash(V, layer, old) == kernel_hash(V, layer, cfg)
+        assert "const int i2 = (m * K + n) / 2;" in direct and "pack_half8_rte" not in direct
+        staged = V.render(layer, _with(cfg, EPI=1), "k")
+        assert "const int i2" not in staged and "vload_half2(i2, res)" not in staged
+        assert "((__global uint4*)y)[i8] = pack_half8_rte(o);" in staged
+        assert "s += load_half8((__global const uint4*)res + i8);" in staged
+        assert "#define EPI" in staged and "#define EPI" not in direct
+
+
+def test_a_shipped_record_without_epi_is_its_point_with_epi_0(monkeypatch):
+    """The h100's shipped records of the variant were made before EPI: the search reads each
+    as its point with EPI = 0, a point of the layer's space (without Variant.completed it
+    would be no point of the space, and the layer would lose its records)."""
+    from aotconv.tune.records import Key, Store, layer_of, read_log, shipped_file
+    from aotconv.tune.search import known_outcomes
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    recs = [r for r in read_log(shipped_file("h100")) if r["variant"] == V.name]
+    assert recs and all("EPI" not in dict(r["cfg"]) for r in recs)
+    op = recs[0]["op"]
+    layer = layer_of(op)
+    store = Store(read=[shipped_file("h100")])
+    got = store.lookup(Key(layer, V, H16))
+    assert len(got) == len([r for r in recs if r["op"] == op])
+    assert all(c.items[-1] == ("EPI", 0) for c in got)
+    space = layer_space(layer, H16, variants=[V])
+    known = known_outcomes(space, store, H16, None)
+    assert {c.cfg for c in known} == set(got)
+
+
+def test_the_staged_epilogue_needs_k_multiple_of_8():
+    by = {c.name: c for c in V.constraints}["epilogue_whole_vectors"]
+    base = Config.of(BM=64, BN=64, BK=32, WM=2, WN=2, PAD=4, DBUF=0, CPASYNC=0, LDSM=0, EPI=1)
+    odd, tail = conv((1, 24, 9, 9), out=13, kernel=1), conv((2, 40, 7, 5), out=36, kernel=1)
+    assert not by.check(odd, base, H16) and by.check(odd, _with(base, EPI=0), H16)
+    assert not by.check(tail, base, H16)                   # 36 channels: 4.5 vectors a pixel
+    assert by.check(conv((2, 40, 7, 5), out=40, kernel=1), base, H16)
+    assert not [c for c in _part(odd, H16).points if c["EPI"]]
+    assert [c for c in _part(odd, H16).points if not c["EPI"]]
+
+
+def test_the_staged_epilogue_reuses_the_stages_local_memory(monkeypatch):
+    """Local memory is the larger of the stages and one pass of the staged tile (WM * 16
+    pixels of BN + 8 floats), as the template declares it (SMEM); a 128 x 128 tile fits the
+    H100's 48 KiB with EPI = 1 (a whole FP32 tile would take 64 KiB): ResNet-50's
+    layer2.0.conv3 at batch 32 keeps its recorded tiles with the staged epilogue."""
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv((32, 128, 28, 28), res=True, out=512, kernel=1)
+    small_stages = Config.of(BM=128, BN=128, BK=16, WM=4, WN=1, PAD=0, DBUF=0, CPASYNC=0,
+                             LDSM=0, EPI=1)
+    # stages (128 + 128) x 8 words; a pass 64 x 136 floats
+    assert V.local_mem_bytes(layer, small_stages) == 4 * 64 * 136
+    assert V.local_mem_bytes(layer, _with(small_stages, EPI=0)) == 4 * 256 * 8
+    assert V.template_params(layer, small_stages)["SMEM"] == 64 * 136
+    big_stages = Config.of(BM=128, BN=128, BK=32, WM=2, WN=2, PAD=4, DBUF=1, CPASYNC=0,
+                           LDSM=0, EPI=1)
+    # stages 2 x 256 x 20 words; a pass 32 x 136
+    assert V.local_mem_bytes(layer, big_stages) == V.local_mem_bytes(
+        layer, _with(big_stages, EPI=0)) == 4 * 2 * 256 * 20
+    assert big_stages in _part(layer, H16).members
+    assert "__local uint4 smem4[SMEM / 4];" in V.render(layer, big_stages, "k")
+
+
+def _staged_banks(bn, eld, swizzle=True):
+    """The banks of the staged epilogue's local accesses, per phase: a half-warp's float2
+    writes (lane (g, t) at row g, words 2t, 2t + 1) and a quarter-warp's float4 reads (work-item
+    tid at row tid / (BN/8), chunk tid % (BN/8), its half (tid >> 2) & 1 first)."""
+    phases = []
+    for half in (0, 1):
+        lanes = range(16 * half, 16 * half + 16)
+        phases.append([((l >> 2) * eld + 2 * (l & 3) + j) % 32 for l in lanes for j in (0, 1)])
+    bn8 = bn // 8
+    for q in range(4):
+        for second in (0, 1):
+            banks = []
+            for tid in range(8 * q, 8 * q + 8):
+                h = ((tid >> 2) & 1 if swizzle else 0) ^ second
+                banks += [((tid // bn8) * eld + tid % bn8 * 8 + 4 * h + j) % 32 for j in range(4)]
+            phases.append(banks)
+    return phases
+
+
+@pytest.mark.parametrize("bn", [32, 64, 128])
+def test_the_staged_tile_s_rows_make_its_accesses_conflict_free(bn):
+    """The bank analysis of the template's comment, from its own ELD: every phase of the
+    staged epilogue's local writes and reads hits 32 different banks. Rows of BN floats
+    (no padding) or reads without the lanes' half order would collide."""
+    layer = conv((2, 40, 16, 16), out=128, kernel=1)
+    cfg = Config.of(BM=64, BN=bn, BK=32, WM=2, WN=2, PAD=4, DBUF=0, CPASYNC=0, LDSM=0, EPI=1)
+    eld = V.template_params(layer, cfg)["ELD"]
+    assert eld == bn + 8 and eld % 4 == 0                  # float4 rows stay aligned
+    assert all(len(set(b)) == 32 for b in _staged_banks(bn, eld))
+    assert not all(len(set(b)) == 32 for b in _staged_banks(bn, bn))
+    assert not all(len(set(b)) == 32 for b in _staged_banks(bn, eld, swizzle=False))
+
+
 def test_the_kernel_reads_uint4_and_stores_half2_in_nhwc(monkeypatch):
     monkeypatch.delenv(EMULATE_ENV, raising=False)
     layer = conv((2, 16, 8, 8), res=True, out=32, kernel=3, pad=1, act="relu")
@@ -213,17 +333,20 @@ def test_nvidia_s_compiler_gets_the_ptx_and_every_other_the_emulation(monkeypatc
     if shutil.which("cpp") is None:
         pytest.skip("no C preprocessor (cpp) here")
     layer = conv(**RESNET_3X3)
-    cfg = pick(layer, H16, CPASYNC=3, LDSM=1)
+    cfg = pick(layer, H16, CPASYNC=3, LDSM=1, EPI=1)
     monkeypatch.delenv(EMULATE_ENV, raising=False)
     src = V.render(layer, cfg, "k")
     nv = _cpp(src, "-Dcl_nv_compiler_options")
     for ins in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
                 "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "cp.async.cg.shared.global",
-                "cp.async.commit_group", "cp.async.wait_group 1"):
+                "cp.async.commit_group", "cp.async.wait_group 1", "cvt.rn.f16x2.f32",
+                "cvt.f32.f16", "ld.global.nc.v4.u32"):
         assert ins in nv, ins
-    assert "half_bits" not in nv and "lx[lane]" not in nv
+    assert "half_bits" not in nv and "lx[lane]" not in nv and "vstore_half2_rte" not in nv
     other = _cpp(src)
     assert "asm" not in other and "half_bits(wa_ & 0xffffu)" in other and "lx[lane]" in other
+    assert "half_bits((w0) & 0xffffu)" in other and "vstore_half2_rte((float2)(v.s0, v.s1)" \
+        in other
     monkeypatch.setenv(EMULATE_ENV, "1")
     assert "asm" not in _cpp(V.render(layer, cfg, "k"), "-Dcl_nv_compiler_options")
 
@@ -288,10 +411,14 @@ def _to_ptx(clang, src):
 
 
 # points across the space's data movement: the register double buffer, cp.async in 2 and 3
-# stages, ldmatrix with B by .x4 (NI even) and .x2 (NI odd), no padding, a K step of 64
-PTX_POINTS = [dict(DBUF=1, CPASYNC=0, LDSM=0, BK=32), dict(CPASYNC=3, LDSM=1, BK=32),
-              dict(CPASYNC=2, LDSM=0, PAD=0), dict(DBUF=0, CPASYNC=0, LDSM=1, BN=32, WN=4),
-              dict(DBUF=1, LDSM=1, BK=64)]
+# stages, ldmatrix with B by .x4 (NI even) and .x2 (NI odd), no padding, a K step of 64, the
+# staged epilogue (with the register double buffer, with cp.async and ldmatrix, and with a
+# 128-pixel tile in four passes)
+PTX_POINTS = [dict(DBUF=1, CPASYNC=0, LDSM=0, BK=32, EPI=0), dict(CPASYNC=3, LDSM=1, BK=32, EPI=0),
+              dict(CPASYNC=2, LDSM=0, PAD=0, EPI=0),
+              dict(DBUF=0, CPASYNC=0, LDSM=1, BN=32, WN=4, EPI=0),
+              dict(DBUF=1, LDSM=1, BK=64, EPI=0), dict(DBUF=1, CPASYNC=0, LDSM=0, BK=32, EPI=1),
+              dict(CPASYNC=3, LDSM=1, BK=32, EPI=1), dict(BM=128, BN=64, DBUF=1, EPI=1)]
 
 
 def test_the_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm_90(tmp_path, monkeypatch):
@@ -300,6 +427,9 @@ def test_the_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm_90(tmp_path, mon
     H100), at points across the data-movement knobs: the asm statements' operands bind as
     their constraints say (a __local pointer as the 32-bit shared address, a global one as
     64 bits), no register spills, and the registers() estimate within 35% of ptxas's count.
+    The staged epilogue (EPI = 1) stores the output and reads the residual in 16-byte vectors
+    (st.global.v4, ld.global.nc.v4), converting in registers (cvt.rn.f16x2.f32), never
+    through a private array in local memory; the direct one (EPI = 0) has no vector store.
     What the instructions compute is tested through the emulation (PoCL) and on the H100."""
     clang, ptxas = _clang_nvptx()
     monkeypatch.delenv(EMULATE_ENV, raising=False)
@@ -313,6 +443,14 @@ def test_the_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm_90(tmp_path, mon
         ldsm = "ldmatrix.sync.aligned.m8n8.x2" if _nis(cfg) % 2 else \
             "ldmatrix.sync.aligned.m8n8.x4"
         assert (ldsm in ptx) == bool(cfg["LDSM"]), cfg
+        stores = re.findall(r"st\.global\.v4\.u32", ptx)
+        assert bool(stores) == bool(cfg["EPI"]), cfg
+        if cfg["EPI"]:
+            # one store per 16-byte vector: MI passes of E_ITERS vectors each
+            p = V.template_params(layer, cfg)
+            assert len(stores) == p["MI"] * p["E_ITERS"], (cfg, len(stores))
+            assert "cvt.rn.f16x2.f32" in ptx and "ld.global.nc.v4.u32" in ptx
+            assert "st.local" not in ptx and "ld.local" not in ptx, cfg
         (tmp_path / "k.ptx").write_text(ptx)
         run = subprocess.run([ptxas, "--gpu-name", "sm_90", "-v", str(tmp_path / "k.ptx"),
                               "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True)
@@ -394,6 +532,74 @@ def test_emulated_conv_mma_f16_nhwc_against_the_reference(emulated, lid):
         check_point(layer, xs, prm, cfg, ctx)
 
 
+# id -> (input shape, attributes, residual, the EPI = 1 point's other knob values): across them
+# tails in M and N, bias or none, a residual or none, every activation (the slow tier has
+# those not here), EPI = 1 with the register double buffer, with cp.async in 2 and 3 stages,
+# with ldmatrix (B by .x4 and by .x2), with neither (the plain pipeline), with PAD 0, a pass
+# of more work-items than vectors (E_ITERS rounded up), and a pass larger than the stages
+STAGED = {
+    "tails_cpasync3_ldsm": ((2, 40, 7, 5), dict(out=40, kernel=1), False,
+                            dict(BN=64, CPASYNC=3, LDSM=1, BK=16)),
+    "residual_nobias_relu_dbuf": ((2, 16, 8, 8), dict(out=32, kernel=3, pad=1, act="relu",
+                                                      bias=False), True,
+                                  dict(DBUF=1, LDSM=0, PAD=0)),
+    "residual_tanh_cpasync2_ldsm": ((1, 16, 10, 9), dict(out=24, kernel=[3, 2], stride=[1, 2],
+                                                         dilation=[2, 1], pad=[2, 0],
+                                                         act="tanh"), True,
+                                    dict(CPASYNC=2, LDSM=1, BK=16)),
+    "ldsm_x2_half_a_pass": ((1, 24, 11, 9), dict(out=16, kernel=3, stride=2, pad=1,
+                                                 bias=False), False,
+                            dict(LDSM=1, BN=32, WN=4, DBUF=0, CPASYNC=0)),
+    "pass_beyond_the_stages": ((1, 16, 12, 12), dict(out=72, kernel=1, act="relu"), True,
+                               dict(BM=128, BN=128, BK=16, WM=4, WN=1, PAD=0, DBUF=0,
+                                    CPASYNC=0, LDSM=0)),
+    **{f"act_{a}": ((1, 8, 6, 6), dict(out=16, kernel=3, pad=1, act=a, **extra), False,
+                    dict(DBUF=0, CPASYNC=0, LDSM=0))
+       for a, extra in (("sigmoid", {}), ("leaky_relu", dict(alpha=0.1)), ("relu6", {}),
+                        ("clip", dict(min=-0.5, max=0.25)),
+                        ("hardsigmoid", dict(alpha=0.3, beta=0.4)), ("hardswish", {}),
+                        ("silu", {}), ("gelu", {}), ("gelu_tanh", {}))},
+}
+STAGED_QUICK = ("act_leaky_relu", "act_hardsigmoid", "act_gelu")
+
+
+def _pocl_local(program):
+    """The local memory PoCL reports for a program's kernels (the largest)."""
+    from aotconv import harness as h
+    _, _, dev = h.context_for(POCL)
+    info = h.cl().kernel_work_group_info.LOCAL_MEM_SIZE
+    return max(k.get_work_group_info(info, dev) for k in program.all_kernels())
+
+
+@pytest.mark.parametrize("sid", [
+    pytest.param(sid, marks=pytest.mark.slow)
+    if sid.startswith("act_") and sid not in STAGED_QUICK else sid for sid in STAGED])
+def test_the_staged_epilogue_is_bitwise_the_direct_one(emulated, sid):
+    """EPI = 1 stores exactly what EPI = 0 stores at the same point (the same FP32 sums, bias,
+    residual, activation and rounding, per element), and so matches the float64 reference
+    within the half tolerance; its local memory is what PoCL reports for the kernel."""
+    target, ctx = emulated
+    shape, attrs, res, want = STAGED[sid]
+    layer = conv(shape, res=res, **attrs)
+    rng = np.random.default_rng(zlib.crc32(sid.encode()))
+    xs, prm = harness.random_inputs(layer, rng)
+    staged = pick(layer, target, EPI=1, **want)
+    p = V.template_params(layer, staged)
+    if sid == "ldsm_x2_half_a_pass":
+        assert p["ECHK"] and p["NI"] % 2 == 1
+    if sid == "pass_beyond_the_stages":
+        stages = p["NBUF"] * (staged["BM"] + staged["BN"]) * p["LD"]
+        assert p["SMEM"] == 64 * (128 + 8) > stages and p["MCHK"] and p["NCHK"]
+    if sid.startswith("tails"):
+        assert p["MCHK"] and p["NCHK"]
+    src = V.render(layer, staged, "k")
+    program = harness.build(ctx[0], src)
+    assert _pocl_local(program) == V.local_mem_bytes(layer, staged)
+    got = check_point(layer, xs, prm, staged, ctx, program, src)
+    direct = run_point(layer, xs, prm, _with(staged, EPI=0), ctx)
+    assert np.array_equal(got, direct), f"{np.mean(got != direct):.3%} differ"
+
+
 def test_the_check_sees_a_wrong_layout(emulated):
     """The same kernel read back as if it wrote NCHW is far from the reference: the tests above
     pass because the output is NHWC, not whatever the check would accept."""
@@ -433,20 +639,21 @@ def gpu():
 
 # the knobs whose PTX the H100 has not run yet: a point with one of them that the driver does
 # not build is reported, not failed (the tuner prunes it as build_failed)
-UNMEASURED = ("CPASYNC", "LDSM")
+UNMEASURED = ("CPASYNC", "LDSM", "EPI")
 
 
 @pytest.mark.gpu
 def test_ptx_conv_mma_f16_nhwc_against_the_reference(gpu, monkeypatch):
-    """The tensor cores on every layer of SHAPES at the fallback, the shape's own points and
-    the first point of the space with DBUF alone, CPASYNC 2, CPASYNC 3 and LDSM (34 points),
-    each within the half tolerance and one half ulp of the half model; the driver's binary
-    holds the f16 mma (and cp.async, ldmatrix where asked). Every point is tried and the
-    outcome of each printed (`pytest -s`); the test fails where a point computes a wrong
-    answer or fails to launch, or a point with only measured knobs does not build. A point
-    with CPASYNC or LDSM that the driver does not build is reported (printed and warned,
-    naming layer, point and log), not failed: the tuner prunes such a point as
-    build_failed."""
+    """The tensor cores on every layer of SHAPES at the fallback, the shape's own points, the
+    first point of the space with DBUF alone, CPASYNC 2, CPASYNC 3, LDSM and EPI, and the
+    fallback's twin with EPI = 1 (44 points), each within the half tolerance and one half ulp
+    of the half model; the driver's binary holds the f16 mma (and cp.async, ldmatrix where
+    asked, the 16-byte stores where EPI = 1), and the fallback's EPI = 1 twin stores bitwise
+    what the fallback stores. Every point is tried and the outcome of each printed (`pytest
+    -s`); the test fails where a point computes a wrong answer or fails to launch, or a point
+    with only measured knobs does not build. A point with CPASYNC, LDSM or EPI that the driver
+    does not build is reported (printed and warned, naming layer, point and log), not failed:
+    the tuner prunes such a point as build_failed."""
     target, ctx = gpu
     monkeypatch.delenv(EMULATE_ENV, raising=False)
     rows, failed, unbuilt, t0 = [], [], [], time.time()
@@ -455,9 +662,12 @@ def test_ptx_conv_mma_f16_nhwc_against_the_reference(gpu, monkeypatch):
         pts = _part(layer, target).points
         extra = [pick(layer, target, **w) for w in SHAPES[lid][3]]
         for want in (dict(DBUF=1, CPASYNC=0, LDSM=0), dict(CPASYNC=2), dict(CPASYNC=3),
-                     dict(LDSM=1)):
+                     dict(LDSM=1), dict(EPI=1)):
             extra += [c for c in pts if all(c[k] == v for k, v in want.items())][:1]
-        for cfg in dict.fromkeys([V.fallback(layer, target)] + extra):
+        fb = V.fallback(layer, target)
+        extra += [c for c in (_with(fb, EPI=1),) if c in pts]
+        direct = {}
+        for cfg in dict.fromkeys([fb] + extra):
             src = V.render(layer, cfg, "k")
             try:
                 program = harness.build(ctx[0], src)
@@ -473,7 +683,12 @@ def test_ptx_conv_mma_f16_nhwc_against_the_reference(gpu, monkeypatch):
                     "the f16 mma in the binary"
                 assert (b"cp.async" in binary) == bool(cfg["CPASYNC"]), "cp.async in the binary"
                 assert (b"ldmatrix" in binary) == bool(cfg["LDSM"]), "ldmatrix in the binary"
-                check_point(layer, xs, prm, cfg, ctx, program, src)
+                assert (b"st.global.v4" in binary) == bool(cfg["EPI"]), "16-byte stores"
+                out = check_point(layer, xs, prm, cfg, ctx, program, src)
+                if not cfg["EPI"]:
+                    direct[cfg] = out
+                elif _with(cfg, EPI=0) in direct:
+                    assert np.array_equal(out, direct[_with(cfg, EPI=0)]), "EPI 0 and 1 differ"
                 rows.append(f"{lid} [{cfg}]: ok")
             except Exception as e:                      # noqa: BLE001 (every point reported)
                 failed.append(f"{lid} [{cfg}]: {type(e).__name__}: {e}")
@@ -503,9 +718,9 @@ layers:
 def test_an_fp16_library_runs_it_in_nhwc_and_checks_against_the_half_model(emulated, tmp_path,
                                                                            monkeypatch):
     """conv_mma_f16_nhwc recorded fastest for c1, c2 (with the add fused in, relu after it) and
-    c3: the fp16 build runs them in NHWC, converting c0's output (C = 3 in: another variant,
-    NCHW) once for both of its readers and c3's back for the pool, and --check against the
-    half model passes."""
+    c3, the last two with the staged epilogue (EPI = 1): the fp16 build runs them in NHWC,
+    converting c0's output (C = 3 in: another variant, NCHW) once for both of its readers and
+    c3's back for the pool, and --check against the half model passes."""
     from aotconv.compiler import compile_network
     from aotconv.context import BuildContext
     from aotconv.passes import fuse_residual, optimise
@@ -522,8 +737,11 @@ def test_an_fp16_library_runs_it_in_nhwc_and_checks_against_the_half_model(emula
         net = stored(optimise(load_network(str(tmp_path / "halfnhwc.yaml"))), "fp16")
         fused = fuse_residual(net, ["c2"])
         assert V.supports(net.layer("c0")) is not None
-        for layer in (net.layer("c1"), net.layer("c2"), fused.layer("c2"), net.layer("c3")):
-            store.append(Key(layer, V, ctx.target, ctx.device), V.fallback(layer, ctx.target),
+        # c2's kernel, carried over to c2 with the add fused in, and c3's: EPI = 1
+        for layer, epi in ((net.layer("c1"), 0), (net.layer("c2"), 1), (fused.layer("c2"), 1),
+                           (net.layer("c3"), 1)):
+            store.append(Key(layer, V, ctx.target, ctx.device),
+                         _with(V.fallback(layer, ctx.target), EPI=epi),
                          Outcome(Status.OK, 1e-3, (1e-3,)))
     res = compile_network(str(tmp_path / "halfnhwc.yaml"), target="pocl-cpu",
                           outdir=tmp_path / "out", tune_mode="records", tuning_db=str(db),
@@ -531,6 +749,7 @@ def test_an_fp16_library_runs_it_in_nhwc_and_checks_against_the_half_model(emula
     sch = res.schedule
     assert {n: c.variant for n, c in sch.choices.items() if n in ("c1", "c2", "c3")} == \
         {"c1": V.name, "c2": V.name, "c3": V.name}
+    assert [sch.choices[n].cfg["EPI"] for n in ("c1", "c2", "c3")] == [0, 1, 1]
     c2 = sch.net.layer("c2")
     assert c2.attrs.get("residual") and "add" not in [l.name for l in sch.net.layers]
     converts = {l.name: (l.inputs[0], l.attrs["src"], l.attrs["dst"])
