@@ -25,12 +25,19 @@ a6a7 (g+8, ..); B b0b1 (2t..2t+1, g), b2b3 (2t+8..2t+9, g); C c0 (g, 2t), c1 (g,
 c2 (g+8, 2t), c3 (g+8, 2t+1). A lane reads its A words at rows g, g+8 and word columns t, t+4
 of an 8-word step; its B words at row g (a channel), word columns t, t+4.
 
-Two data-movement knobs the H100 has yet to measure (docs/variants/conv_mma_f16_nhwc.md):
+Three data-movement knobs the H100 has yet to measure (docs/variants/conv_mma_f16_nhwc.md):
 CPASYNC = S > 0 fills S local stages with `cp.async.cg.shared.global` (16 bytes, zero-filled
-where the source size is 0) in a multi-stage pipeline, and LDSM = 1 reads the fragments with
-`ldmatrix.sync.aligned.m8n8.x4` (.x2 for a lone B tile). Each has, like the mma, an exact
-portable body (plain loads; an address exchange through local memory) that the PoCL tests
-run, with AOTCONV_MMA_EMULATE=1 (conv_mma's test-only switch) or off NVIDIA.
+where the source size is 0) in a multi-stage pipeline, LDSM = 1 reads the fragments with
+`ldmatrix.sync.aligned.m8n8.x4` (.x2 for a lone B tile), and EPI = 1 stages the epilogue:
+in MI passes each warp writes 16 rows of its FP32 accumulators into local memory (the stages'
+space, reused), and the work-group then stores whole pixels 8 channels a 16-byte vector,
+reading the bias and the residual likewise, as CUTLASS's epilogue does (the direct epilogue's
+half2 stores from the fragments use half of every 32-byte sector a warp touches). It adds the
+bias, the residual and the activation per element and rounds once, as EPI = 0 does, so both
+store the same bits. Each has, like the mma, an exact portable body (plain loads; an address
+exchange through local memory; vstore_half2_rte and an exact decoding in place of the cvt
+instructions) that the PoCL tests run, with AOTCONV_MMA_EMULATE=1 (conv_mma's test-only
+switch) or off NVIDIA.
 
 Domain: conv with groups 1 and C % 8 == 0, any kernel, stride, padding and dilation, NHWC in
 and out, a fused residual add; half storage, on tensor cores (compute capability 8.0 or
