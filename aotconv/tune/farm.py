@@ -300,7 +300,11 @@ class Farm(MeasurerBase):
         self.hosts = [_Host(actors[i], wheres[i]["node"], wheres[i]["pid"], ordinals[i],
                             infos[i]["live"]) for i in use]
         self.target = self.hosts[0].live
-        self.slots = len(self.hosts)
+        # candidates worked on at once, which a search under a deadline measures between its
+        # checks: a GPU farm compiles while it runs, so two per device (one compiling, one
+        # running); one per device kept a search's compile and run in turn (ResNet-50 b1 on
+        # one H200 through the farm: 1.6 candidates in flight, the device 40% busy)
+        self.slots = 2 * len(self.hosts) if self.overlap else len(self.hosts)
         others = n - len(use)
         self.say(f"aotconv: farm: {len(use)} {self.device['name']} device"
                  f"{'s' if len(use) > 1 else ''} of target {self.profile.name} on "
