@@ -6,14 +6,20 @@ or with AOTCONV_MMA_EMULATE; never an fp32 or tf32 build, never a non-NVIDIA tar
 the switch), `aotconv space` listing it for ResNet-50 on the h100, its records keyed apart
 from conv_mma's and from FP32 layers', its local tiles half the bytes of conv_mma's, the
 preprocessor giving NVIDIA's compiler the PTX body and every other the emulation, and the PTX
-it emits assembled by ptxas for sm_90.
+it emits assembled by ptxas for sm_90. The staged epilogue (EPI): a point without the knob
+renders as EPI = 0 and a shipped record is read so, its constraint (P*Q % 8 == 0), its local
+memory shared with the tiles, the whole kernel through clang's nvptx and ptxas with 16-byte
+stores.
 
 PoCL (the device tier, the mma emulated): 1x1, 3x3 stride 2 padded, odd channel counts, a
 fused residual with relu, batch > 1, against the float64 reference within the half tolerance
 and against the half model (the float64 convolution of the half operands, its output rounded
-to half) within one half ulp; every finite half through an identity 1x1 conv, exactly.
+to half) within one half ulp; every finite half through an identity 1x1 conv, exactly. The
+staged epilogue (EPI = 1) bitwise equal to the direct one at the same point, with tails,
+bias or none, residual or none, DBUF 0 and 1, PAD 0, and its local memory as PoCL reports it.
 
-Marked slow: more points of the space per shape, a dilated asymmetric kernel.
+Marked slow: more points of the space per shape, a dilated asymmetric kernel, the staged
+epilogue under every other activation.
 """
 from dataclasses import replace
 import functools
@@ -172,6 +178,126 @@ def test_the_half_kernel_reads_bits_and_stores_half(monkeypatch):
     assert "vstore_half_rte(" in src and "vstore_half2" not in src
 
 
+# -- the staged epilogue (EPI) -------------------------------------------------------------------
+
+H16 = with_precision(H100, "fp16")
+
+
+def _with(cfg, **kw):
+    return Config(tuple((k, kw.get(k, v)) for k, v in cfg.items))
+
+
+def _without(cfg, knob):
+    return Config(tuple(kv for kv in cfg.items if kv[0] != knob))
+
+
+def _pick(layer, target, **want):
+    for cfg in _part(layer, target).points:
+        if all(cfg[k] == v for k, v in want.items()):
+            return cfg
+    raise AssertionError(f"no point with {want} for {layer.in_shape} -> {layer.out_shape}")
+
+
+def test_epi_0_is_the_direct_epilogue_and_what_a_point_without_epi_renders(monkeypatch):
+    """EPI's first value is 0 (the fallback's), and a point without the knob (a record made
+    before it) renders and hashes as EPI = 0: the half2 stores from the fragments. EPI = 1
+    renders the staged epilogue: 16-byte vectors of 8 pixels of one channel plane."""
+    from aotconv.tune.records import kernel_hash
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv((2, 16, 8, 8), res=True, out=32, kernel=3, pad=1, act="relu")
+    knobs = F16.knobs(layer, H16)
+    assert knobs[-1].name == "EPI" and knobs[-1].values[0] == 0
+    assert F16.fallback(layer, H16)["EPI"] == 0
+    for dbuf in (0, 1):
+        cfg = _pick(layer, H16, EPI=0, DBUF=dbuf)
+        old = _without(cfg, "EPI")
+        direct = F16.render(layer, cfg, "k")
+        assert F16.render(layer, old, "k") == direct
+        assert kernel_hash(F16, layer, old) == kernel_hash(F16, layer, cfg)
+        assert F16.local_mem_bytes(layer, old) == F16.local_mem_bytes(layer, cfg)
+        assert "vload_half2(i2, res)" in direct and "pack_half8_rte" not in direct
+        staged = F16.render(layer, _with(cfg, EPI=1), "k")
+        assert "vload_half2(i2, res)" not in staged and "vstore_half2_rte((float2)" in staged
+        assert "((__global uint4*)y)[i8] = pack_half8_rte(o);" in staged
+        assert "s += load_half8((__global const uint4*)res + i8);" in staged
+        assert "s += vload_half(m, bias);" in staged
+
+
+def test_a_shipped_record_without_epi_is_its_point_with_epi_0(monkeypatch):
+    """The h100's shipped records of the variant were made before EPI: the search reads each
+    as its point with EPI = 0, a point of the layer's space."""
+    from aotconv.tune.records import layer_of, read_log, shipped_file
+    from aotconv.tune.search import known_outcomes
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    recs = [r for r in read_log(shipped_file("h100")) if r["variant"] == F16.name]
+    assert recs and all("EPI" not in dict(r["cfg"]) for r in recs)
+    op = recs[0]["op"]
+    layer = layer_of(op)
+    store = Store(read=[shipped_file("h100")])
+    got = store.lookup(Key(layer, F16, H16))
+    assert len(got) == len([r for r in recs if r["op"] == op])
+    assert all(c.items[-1] == ("EPI", 0) for c in got)
+    known = known_outcomes(layer_space(layer, H16, variants=[F16]), store, H16, None)
+    assert {c.cfg for c in known} == set(got)
+
+
+def test_the_staged_epilogue_needs_p_q_multiple_of_8():
+    """ResNet's 28 x 28 and 56 x 56 planes take it; 14 x 14 (196) and 7 x 7 keep EPI = 0."""
+    by = {c.name: c for c in F16.constraints}["epilogue_whole_vectors"]
+    cfg = Config.of(BM=64, BN=64, BK=32, WM=2, WN=2, PAD=8, DBUF=1, EPI=1)
+    for hw, ok in ((28, True), (56, True), (14, False), (7, False)):
+        layer = conv((1, 64, hw, hw), out=64, kernel=1)
+        assert by.check(layer, cfg, H16) == ok, hw
+        assert by.check(layer, _with(cfg, EPI=0), H16)
+        assert any(c["EPI"] for c in _part(layer, H16).points) == ok, hw
+
+
+def test_the_staged_epilogue_shares_the_tiles_local_memory(monkeypatch):
+    """With EPI = 1 the tiles and one pass (WM * 16 channels of BN + 8 floats) share one array
+    of the larger size, as the template declares it (SMEM)."""
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv((32, 128, 28, 28), res=True, out=512, kernel=1)
+    small = Config.of(BM=128, BN=128, BK=16, WM=4, WN=1, PAD=0, DBUF=0, EPI=1)
+    assert F16.local_mem_bytes(layer, small) == 4 * 64 * 136
+    assert F16.local_mem_bytes(layer, _with(small, EPI=0)) == 4 * 2 * 8 * 128
+    big = Config.of(BM=128, BN=128, BK=32, WM=2, WN=2, PAD=8, DBUF=1, EPI=1)
+    assert F16.local_mem_bytes(layer, big) == F16.local_mem_bytes(layer, _with(big, EPI=0)) \
+        == 4 * 2 * 2 * 16 * 136
+    assert F16.template_params(layer, big)["SMEM"] == 2 * 2 * 16 * 136
+    assert big in _part(layer, H16).members
+    src = F16.render(layer, big, "k")
+    assert "__local uint4 smem4[SMEM / 4];" in src and "Abuf4" not in src
+
+
+def test_the_staged_epilogue_compiles_to_16_byte_ptx(tmp_path, monkeypatch):
+    """clang's nvptx back end compiles the whole kernel with EPI = 1 and ptxas assembles it for
+    sm_90 without spills: one st.global.v4.u32 per output vector, the residual by
+    ld.global.nc.v4.u32, the halves packed by cvt.rn.f16x2.f32, nothing through local memory;
+    the direct epilogue (EPI = 0) has no vector store."""
+    from test_conv_mma_f16_nhwc import NVPTX_PRELUDE, _clang_nvptx, _to_ptx
+    clang, ptxas = _clang_nvptx()
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv((8, 64, 14, 16), res=True, out=64, kernel=3, pad=1, act="relu")
+    for want in (dict(DBUF=1, BK=32), dict(DBUF=0, BM=64, BN=128)):
+        for epi in (0, 1):
+            cfg = _pick(layer, H16, EPI=epi, **want)
+            rc, ptx, err = _to_ptx(clang, NVPTX_PRELUDE + F16.render(layer, cfg, "k"))
+            assert rc == 0, f"[{cfg}] {err[-2000:]}"
+            stores = re.findall(r"st\.global\.v4\.u32", ptx)
+            p = F16.template_params(layer, cfg)
+            assert len(stores) == (p["MI"] * p["E_ITERS"] if epi else 0), cfg
+            if epi:
+                assert "cvt.rn.f16x2.f32" in ptx and "ld.global.nc.v4.u32" in ptx
+                assert "st.local" not in ptx and "ld.local" not in ptx, cfg
+            (tmp_path / "k.ptx").write_text(ptx)
+            run = subprocess.run([ptxas, "--gpu-name", "sm_90", "-v", str(tmp_path / "k.ptx"),
+                                  "-o", str(tmp_path / "k.cubin")], capture_output=True,
+                                 text=True)
+            assert run.returncode == 0, f"[{cfg}] {run.stderr[-2000:]}"
+            assert re.search(r"entry function 'k'.*? 0 bytes spill stores", run.stderr, re.S), \
+                run.stderr
+
+
 # -- the PTX ------------------------------------------------------------------------------------
 
 def _ptxas():
@@ -302,6 +428,14 @@ def test_nvidia_s_compiler_gets_the_ptx_and_every_other_the_emulation(monkeypatc
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in nv and "half_bits" not in nv
     other = expanded()
     assert "mma.sync" not in other and "half_bits(wa_ & 0xffffu)" in other
+    # the staged epilogue's conversions: the cvt instructions, or their exact twins
+    cfg = _with(cfg, EPI=1)
+    nv = expanded("-Dcl_nv_compiler_options")
+    for ins in ("cvt.rn.f16x2.f32", "cvt.f32.f16", "ld.global.nc.v4.u32"):
+        assert ins in nv, ins
+    assert "half_bits" not in nv and "vstore_half2_rte" not in nv
+    other = expanded()
+    assert "asm" not in other and "half_bits((w0) & 0xffffu)" in other
     monkeypatch.setenv(EMULATE_ENV, "1")
     assert "mma.sync" not in expanded("-Dcl_nv_compiler_options")
 
@@ -346,6 +480,58 @@ def test_emulated_conv_mma_f16_against_the_reference(emulated, lid):
         check_point(layer, xs, prm, cfg, target, ctx)
 
 
+# id -> (input shape, attributes, residual, the EPI = 1 point's other knob values): across them
+# tails in M (K not a multiple of BM) and N (N*P*Q not a multiple of BN), bias or none, a
+# residual or none, relu, tanh and leaky_relu (the slow tier: every other activation), DBUF 0
+# and 1, PAD 0, a pass of more work-items than vectors, a pass larger than the tiles
+STAGED = {
+    "tails_residual_tanh": ((2, 19, 4, 6), dict(out=33, kernel=1, act="tanh"), True,
+                            dict(BM=64, BN=64, DBUF=1)),
+    "residual_nobias_relu_pad0": ((2, 16, 8, 8), dict(out=32, kernel=3, pad=1, act="relu",
+                                                      bias=False), True,
+                                  dict(DBUF=0, PAD=0)),
+    "half_a_pass_leaky": ((1, 8, 16, 12), dict(out=24, kernel=3, pad=1, act="leaky_relu",
+                                               alpha=0.1), False,
+                          dict(BN=32, WN=4, WM=1)),
+    "pass_beyond_the_tiles": ((1, 16, 12, 12), dict(out=72, kernel=1), True,
+                              dict(BM=128, BN=128, BK=16, WM=4, WN=1, PAD=0, DBUF=0)),
+    **{f"act_{a}": ((1, 8, 4, 8), dict(out=16, kernel=3, pad=1, act=a, **extra), False,
+                    dict(DBUF=0))
+       for a, extra in (("sigmoid", {}), ("relu6", {}), ("clip", dict(min=-0.5, max=0.25)),
+                        ("hardsigmoid", dict(alpha=0.3, beta=0.4)), ("hardswish", {}),
+                        ("silu", {}), ("gelu", {}), ("gelu_tanh", {}))},
+}
+
+
+@pytest.mark.parametrize("sid", [pytest.param(sid, marks=pytest.mark.slow)
+                                 if sid.startswith("act_") else sid for sid in STAGED])
+def test_the_staged_epilogue_is_bitwise_the_direct_one(emulated, sid):
+    """EPI = 1 stores exactly what EPI = 0 stores at the same point (the same FP32 sums, bias,
+    residual, activation and rounding, per element), and so matches the float64 reference
+    within the half tolerance; its local memory is what PoCL reports for the kernel."""
+    target, ctx = emulated
+    shape, attrs, res, want = STAGED[sid]
+    layer = conv(shape, res=res, **attrs)
+    xs, prm = harness.random_inputs(layer, np.random.default_rng(zlib.crc32(sid.encode())))
+    staged = _pick(layer, target, EPI=1, **want)
+    p = F16.template_params(layer, staged)
+    if sid.startswith("tails"):
+        assert p["MCHK"] and p["NCHK"]
+    if sid.startswith("half_a_pass"):
+        assert p["ECHK"]
+    if sid == "pass_beyond_the_tiles":
+        assert p["SMEM"] == 64 * (128 + 8) > 2 * 8 * 128
+    program = harness.build(ctx[0], F16.render(layer, staged, "k"))
+    dev = harness.context_for(POCL)[2]
+    info = harness.cl().kernel_work_group_info.LOCAL_MEM_SIZE
+    assert max(k.get_work_group_info(info, dev) for k in program.all_kernels()) == \
+        F16.local_mem_bytes(layer, staged)
+    got = check_point(layer, xs, prm, staged, target, ctx)
+    direct = harness.run_layer(layer, F16, _with(staged, EPI=0), xs, prm, target=target,
+                               ctx=ctx)
+    assert np.array_equal(got, direct), f"{np.mean(got != direct):.3%} differ"
+
+
 def test_the_header_and_report_name_the_layers_on_the_tensor_cores():
     from aotconv.choose import Choice
     from aotconv.precision import summary
@@ -376,11 +562,19 @@ def test_ptx_conv_mma_f16_against_the_reference(gpu, lid, monkeypatch):
     """The tensor cores on the fallback and points across the space, each within the half
     tolerance and one half ulp of the half model; the driver's binary holds the f16 mma, and
     the emulation on the same device stores the same halves but where the two sum orders
-    fall on the two sides of a rounding (one half ulp)."""
+    fall on the two sides of a rounding (one half ulp). Where P*Q % 8 == 0 the fallback's
+    twin with the staged epilogue (EPI = 1, unmeasured on hardware before) stores bitwise what
+    the fallback stores, through 16-byte stores."""
     target, ctx = gpu
     layer, xs, prm = case(lid)
     pts = _part(layer, target).points
-    for cfg in [F16.fallback(layer, target)] + pts[::max(1, len(pts) // 6)][:6]:
+    fb = F16.fallback(layer, target)
+    fb_out = check_point(layer, xs, prm, fb, target, ctx)
+    twin = _with(fb, EPI=1)
+    if twin in pts:
+        assert b"st.global.v4" in harness.build(ctx[0], F16.render(layer, twin, "k")).binaries[0]
+        assert np.array_equal(check_point(layer, xs, prm, twin, target, ctx), fb_out)
+    for cfg in pts[::max(1, len(pts) // 6)][:6]:
         out = check_point(layer, xs, prm, cfg, target, ctx)
     ptx = harness.build(ctx[0], F16.render(layer, cfg, "k")).binaries[0]
     assert b"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx

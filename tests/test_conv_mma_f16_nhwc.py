@@ -6,15 +6,20 @@ a device with tensor cores or with AOTCONV_MMA_EMULATE), its layouts, the bank a
 local rows, its rendered loads and stores, the preprocessor giving NVIDIA's compiler the PTX
 bodies (mma, ldmatrix, cp.async) and every other compiler the emulation, and the whole kernel
 compiled to PTX by clang for nvptx and assembled by ptxas for sm_90 at points across the
-space (its register estimate against ptxas's count); the knobs' constraints.
+space (its register estimate against ptxas's count); the knobs' constraints. The staged
+epilogue (EPI): a point without the knob renders as EPI = 0 and a shipped record is read so,
+its constraint, its local memory, the bank analysis of its staged tile, its 16-byte PTX.
 
 PoCL (the device tier, the mma, ldmatrix and cp.async emulated): 1x1 stride 1 and 2, 3x3 pad 1
 and stride 2, 7x7 stride 2, a dilated asymmetric kernel, tails in M, N and R*S*C, an odd K,
 bias or none, relu and tanh, a fused residual, at the fallback and at points with DBUF,
 CPASYNC 2 and 3, LDSM (B by .x4 and .x2) and PAD 0, against the float64 reference within the
 half tolerance and the half model within one half ulp; every finite half through an identity
-1x1 conv, exactly; an fp16 library that runs three of its convs in NHWC (one with the residual
-add fused in) between the layout conversions its build inserts, passing --check.
+1x1 conv, exactly; the staged epilogue (EPI = 1) bitwise equal to the direct one at the same
+point, across tails, bias, residual, every activation (most in the slow tier) and the
+data-movement knobs, its local memory as PoCL reports it; an fp16 library that runs three of
+its convs in NHWC (one with the residual add fused in; two with EPI = 1) between the layout
+conversions its build inserts, passing --check.
 
 On an NVIDIA GPU (marker gpu): the same layers through the inline PTX, printing every point's
 outcome and reporting the knob points the driver does not build.

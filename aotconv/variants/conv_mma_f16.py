@@ -43,7 +43,7 @@ or the switch) and only to a layer an fp16 build stores in half.
 Domain: conv with groups 1, any kernel, stride, padding and dilation, NCHW in and out, a fused
 residual add; half storage.
 """
-from .base import Variant, Constraint, Launch, In, Out, Param, Buffer, ceil_div, \
+from .base import Variant, Constraint, Knob, Launch, In, Out, Param, Buffer, ceil_div, \
     pow2_at_least, round_up
 from .conv_common import domain_reason, enough_work_groups
 from .conv_mma import ACCUMULATORS_FIT, MIN_CC, M_TILE_NOT_OVERSIZED, N_TILE_NOT_OVERSIZED, \
@@ -77,11 +77,32 @@ F16_MMA_CONSTRAINTS = (
 )
 
 
-# Preferred untuned points, big tiles first; the last is valid for every layer of the domain
-# (a 32 x 32 tile of one warp is never oversized, its loads always cover the tile).
-_FALLBACKS = _fallbacks((128, 128, 32, 2, 2, 8, 1), (64, 128, 32, 2, 2, 8, 1),
-                        (64, 64, 32, 2, 2, 8, 1), (64, 64, 16, 2, 2, 8, 0),
-                        (32, 64, 16, 1, 2, 8, 0), (32, 32, 16, 1, 1, 8, 0))
+# Preferred untuned points, big tiles first, the direct epilogue (EPI = 0: unmeasured on the
+# H100); the last is valid for every layer of the domain (a 32 x 32 tile of one warp is never
+# oversized, its loads always cover the tile).
+_FALLBACKS = [dict(p, EPI=0) for p in _fallbacks(
+    (128, 128, 32, 2, 2, 8, 1), (64, 128, 32, 2, 2, 8, 1), (64, 64, 32, 2, 2, 8, 1),
+    (64, 64, 16, 2, 2, 8, 0), (32, 64, 16, 1, 2, 8, 0), (32, 32, 16, 1, 1, 8, 0))]
+
+VEC = 8                              # halves per uint4: the staged epilogue's stores
+
+
+def _epi(c):
+    """EPI of a point; a point recorded before the knob existed ran the direct epilogue."""
+    return c.get("EPI", 0)
+
+
+def _tiles_words(c):
+    """Local words of the NBUF weight and input tiles, as declared (whole uint4s)."""
+    nbuf, kp = (2 if c["DBUF"] else 1), c["BK"] // 2
+    a4 = nbuf * kp * (c["BM"] + c["PAD"]) // 4
+    b4 = ceil_div(nbuf * kp * (c["BN"] + c["PAD"]), 4)
+    return 4 * (a4 + b4)
+
+
+def _epi_words(c):
+    """Local words of one pass of the staged epilogue: WM * 16 channels of BN + 8 floats."""
+    return c["WM"] * 16 * (c["BN"] + 8) if _epi(c) else 0
 
 
 class ConvMmaF16(Variant):
@@ -89,6 +110,7 @@ class ConvMmaF16(Variant):
     ops = ("conv",)
     template = "kernels/conv_mma_f16.cl.mako"
     half_storage = True          # reads and writes half; FP32 products and sums (the fp16 math)
+    added_knobs = (("EPI", 0),)  # a record made before EPI ran the direct epilogue
 
     constraints = (
         *F16_MMA_CONSTRAINTS,
@@ -102,6 +124,12 @@ class ConvMmaF16(Variant):
                    "by BN), the same count each: the work-group size and the tile width must "
                    "divide",
                    lambda l, c, t: _b_covers(c, 2)),
+        Constraint("epilogue_whole_vectors", "algorithm",
+                   "the staged epilogue (EPI = 1) stores, and reads the residual, in 16-byte "
+                   "vectors of 8 pixels of one channel plane: P*Q % 8 == 0 keeps every plane on "
+                   "a 16-byte boundary and 8 pixels of a tile in one image (else the direct "
+                   "epilogue, EPI = 0)",
+                   lambda l, c, t: not _epi(c) or l.out_shape[2] * l.out_shape[3] % VEC == 0),
         M_TILE_NOT_OVERSIZED,
         N_TILE_NOT_OVERSIZED,
         Constraint("k_tile_not_oversized", "software",
@@ -124,7 +152,10 @@ class ConvMmaF16(Variant):
 
     # -- space ----------------------------------------------------------------------------------
     def knobs(self, layer, target):
-        return mma_knobs((32, 16, 64), "reduction step (halves) held in local memory", "words")
+        return mma_knobs((32, 16, 64), "reduction step (halves) held in local memory", "words") \
+            + [Knob("EPI", (0, 1), "epilogue staged through local memory, stored in 16-byte "
+                                   "vectors of 8 pixels (0: half2 stores from the fragments); "
+                                   "unmeasured on hardware")]
 
     def fallback(self, layer, target):
         return first_valid(self, layer, target, _FALLBACKS, lambda c: _work_groups(layer, c))
@@ -132,22 +163,26 @@ class ConvMmaF16(Variant):
     def local_mem_bytes(self, layer, cfg):
         """Exactly what the template declares: the tiles hold words of two halves, NBUF weight
         tiles [BK/2][BM + PAD] and input tiles [BK/2][BN + PAD] as uint4 arrays (Abuf4:
-        NBUF * A_SIZE / 4, Bbuf4 rounded up to whole uint4s) and, where the mma is emulated,
-        its fragment exchange (192 words a warp)."""
+        NBUF * A_SIZE / 4, Bbuf4 rounded up to whole uint4s), with EPI = 1 one array of the
+        larger of those and a pass of the staged epilogue, and, where the mma is emulated, its
+        fragment exchange (192 words a warp)."""
         c = cfg
-        nbuf, kp = (2 if c["DBUF"] else 1), c["BK"] // 2
-        a4 = nbuf * kp * (c["BM"] + c["PAD"]) // 4
-        b4 = ceil_div(nbuf * kp * (c["BN"] + c["PAD"]), 4)
         exchange = c["WM"] * c["WN"] * 192 if emulated() else 0
-        return 16 * (a4 + b4) + 4 * exchange
+        return 4 * (max(_tiles_words(c), _epi_words(c)) + exchange)
 
     def registers(self, layer, cfg):
         return mma_registers(cfg, per_word=2)          # two halves of k in a word
 
     # -- code -----------------------------------------------------------------------------------
     def template_params(self, layer, cfg):
-        d = mma_template_params(layer, cfg, per_word=2)
+        c = cfg
+        d = mma_template_params(layer, c, per_word=2)
         d["PAIRS"] = d["P"] * d["Q"] % 2 == 0
+        # the staged epilogue's pass: WM * 16 channels of BN pixels in 16-byte vectors (the
+        # template reads these where EPI = 1 only)
+        vecs, wg = c["WM"] * 16 * c["BN"] // VEC, d["WG"]
+        d.update(EPI=_epi(c), ELD=c["BN"] + 8, E_ITERS=ceil_div(vecs, wg), ECHK=vecs % wg != 0,
+                 SMEM=max(_tiles_words(c), _epi_words(c)))
         return d
 
     def buffers(self, layer, cfg):

@@ -41,6 +41,9 @@ ${define("WM", WM, "warps along M")}
 ${define("WN", WN, "warps along N")}
 ${define("PAD", PAD, "words of padding per local row")}
 ${define("DBUF", DBUF, "load step k+1 into registers during step k")}
+% if EPI:
+${define("EPI", EPI, "epilogue staged in local memory, 16-byte stores")}
+% endif
 ${define("WG", WG, "work-items: 32 per warp")}
 ${define("WARPS", WARPS)}
 ${define("WTM", WTM, "rows of a warp's tile (BM / WM)")}
@@ -85,6 +88,21 @@ ${define("A_ITERS", A_ITERS)}
 ${define("BCOLS", BCOLS)}
 ${define("BROWS", BROWS)}
 ${define("B_ROWSTEP", B_ROWSTEP)}
+% if EPI:
+// the staged epilogue (EPI = 1): MI passes; in pass mi every warp puts its accumulators of rows
+// (channels) mi * 16 .. mi * 16 + 15 of its tile, FP32, in rows wm * 16 .. of a
+// [WM * 16][ELD] float tile (columns: the BN pixels), which then goes out 8 pixels of one
+// channel a 16-byte vector. ELD = BN + 8 = 8 (mod 32) words: a half-warp's float2 writes (rows
+// g = 0..3, words 2t, 2t + 1) take 32 banks, and so do a quarter-warp's float4 reads (8
+// lanes, one 8-float chunk each, lanes 4-7 of the 8 reading their second float4 first). The
+// tiles and the staged pass share one array of SMEM words.
+${define("ELD", ELD, "floats per row of the staged tile")}
+${define("E_ROWS", "(WM * 16)", "channels staged per pass")}
+${define("BN8", "(BN / 8)", "16-byte output vectors per channel of the tile")}
+${define("E_VECS", "(E_ROWS * BN8)", "16-byte vectors per pass")}
+${define("E_ITERS", E_ITERS, "... per work-item, rounded up")}
+${define("SMEM", SMEM, "words of local memory: the tiles, or a pass where larger")}
+% endif
 ${c.helpers()}
 % if EMULATE:
 #define AOTCONV_MMA_EMULATE 1          // tests: the portable mma even on NVIDIA
@@ -103,6 +121,18 @@ ${c.helpers()}
                  : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3]) \
                  : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), \
                    "r"((b)[0]), "r"((b)[1]))
+% if EPI:
+// 16 bytes of a read-only global buffer as four words, one vector load (a plain uint4 load
+// whose words are used one by one is split into four by the compiler)
+#define LDG16(w0, w1, w2, w3, p) asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" \
+    : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "l"(p))
+// two floats rounded to halves (to nearest even) in one word, lo in the low bits (cvt.rn
+// .f16x2.f32 puts its first source in the high half), and the two halves of a word as floats
+#define PACK_HALF2_RTE(w, lo, hi) asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(w) : "f"(lo), "f"(hi))
+#define UNPACK_HALF2(lo, hi, w) \
+    asm("{\n\t.reg .b16 l_, h_;\n\tmov.b32 {l_, h_}, %2;\n\t" \
+        "cvt.f32.f16 %0, l_;\n\tcvt.f32.f16 %1, h_;\n\t}" : "=f"(lo), "=f"(hi) : "r"(w))
+% endif
 #else
 // the half whose bits are h as a float, exactly (normal, subnormal, zero, infinity, NaN)
 inline float half_bits(uint h)
@@ -140,7 +170,46 @@ inline float half_bits(uint h)
         (d)[q_] = s_; \
     } \
 } while (0)
+% if EPI:
+// a plain uint4 load, and the conversions of cvt.rn.f16x2.f32 and cvt.f32.f16, exactly
+#define LDG16(w0, w1, w2, w3, p) do { \
+    const uint4 u_ = *(p); \
+    (w0) = u_.x; (w1) = u_.y; (w2) = u_.z; (w3) = u_.w; \
+} while (0)
+#define PACK_HALF2_RTE(w, lo, hi) vstore_half2_rte((float2)(lo, hi), 0, (__private half*)&(w))
+#define UNPACK_HALF2(lo, hi, w) do { \
+    (lo) = half_bits((w) & 0xffffu); \
+    (hi) = half_bits((w) >> 16); \
+} while (0)
+% endif
 #endif
+% if EPI:
+
+// the 8 halves at p (16 bytes: pixel j in bits 16 (j % 2) of word j / 2) as floats, and 8
+// floats rounded to halves (to nearest even) as a uint4: the staged epilogue's global
+// accesses are 16-byte vectors, converted in registers
+inline float8 load_half8(__global const uint4* p)
+{
+    uint w0, w1, w2, w3;
+    float f0, f1, f2, f3, f4, f5, f6, f7;
+    LDG16(w0, w1, w2, w3, p);
+    UNPACK_HALF2(f0, f1, w0);
+    UNPACK_HALF2(f2, f3, w1);
+    UNPACK_HALF2(f4, f5, w2);
+    UNPACK_HALF2(f6, f7, w3);
+    return (float8)(f0, f1, f2, f3, f4, f5, f6, f7);
+}
+
+inline uint4 pack_half8_rte(float8 v)
+{
+    uint w0, w1, w2, w3;
+    PACK_HALF2_RTE(w0, v.s0, v.s1);
+    PACK_HALF2_RTE(w1, v.s2, v.s3);
+    PACK_HALF2_RTE(w2, v.s4, v.s5);
+    PACK_HALF2_RTE(w3, v.s6, v.s7);
+    return (uint4)(w0, w1, w2, w3);
+}
+% endif
 
 // Weights [K][C][R][S] (half bits) -> words [CRSP / 2][MP], k-pair-major: word (kp, m) holds
 // w[m][2 kp] low and w[m][2 kp + 1] high, zero outside the layer (run once; exact).
@@ -253,11 +322,19 @@ void ${prefix}(__global const ushort* restrict x, __global const uint* restrict 
     const int wm = warp % WM, wn = warp / WM;
     const int n0 = get_group_id(0) * BN, m0 = get_group_id(1) * BM;
 
+% if EPI:
+    // the tiles, then the staged epilogue; declared as uint4: the vector stores of the weight
+    // tile stay aligned
+    __local uint4 smem4[SMEM / 4];
+    __local uint* const Abuf = (__local uint*)smem4;
+    __local uint* const Bbuf = Abuf + NBUF * A_SIZE;
+% else:
     // declared as uint4: the vector stores of the weight tile stay aligned
     __local uint4 Abuf4[NBUF * A_SIZE / 4];
     __local uint4 Bbuf4[(NBUF * B_SIZE + 3) / 4];
     __local uint* const Abuf = (__local uint*)Abuf4;
     __local uint* const Bbuf = (__local uint*)Bbuf4;
+% endif
 #ifndef MMA_PTX
     __local uint mma_x[WARPS * 192];           // the emulated mma's fragment exchange
     __local uint* const mx = mma_x + warp * 192;
@@ -330,6 +407,64 @@ ${indent(capture(multiply, "0"), 8)}\
     }
 % endif
 
+% if EPI:
+    // epilogue, staged: c[2h + j] of tile (mi, ni) is row (channel) g + 8h, column (pixel)
+    // 2t + j of the tile. Pass mi stages rows mi * 16 .. of every warp's part (FP32, as
+    // accumulated), then the work-group stores those channels 8 pixels at a time: with
+    // P*Q % 8 == 0, 8 pixels of the tile are 8 consecutive halves of one channel plane of one
+    // image, one uint4 of the output (and of the residual). Bias, ${"residual, " if residual else ""}activation and
+    // rounding as the direct epilogue does them, per element. BN8 divides the work-group, so a
+    // work-item's 8 pixels are the same in every vector it stores, and so is the half of them
+    // it reads first (lanes 4-7 of each 8: the second, for the bank analysis above).
+    __local float* const ep = (__local float*)smem4;
+    const int ec = tid % BN8, n = n0 + ec * 8, eh = (tid >> 2) & 1;
+    const int yo = n / PQ * (K * PQ) + n % PQ;         // pixel n of channel 0: a multiple of 8
+    ${mma_unroll}
+    for (int mi = 0; mi < MI; ++mi) {
+        barrier(CLK_LOCAL_MEM_FENCE);          // the last tiles, or the last pass, read out
+        #pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+            __local float* const e0 = ep + (wm * 16 + g) * ELD + wn * WTN + ni * 8 + 2 * t;
+            *(__local float2*)e0 = (float2)(acc[mi][ni][0], acc[mi][ni][1]);
+            *(__local float2*)(e0 + 8 * ELD) = (float2)(acc[mi][ni][2], acc[mi][ni][3]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
+        for (int it = 0; it < E_ITERS; ++it) {
+            const int sr = (tid + it * WG) / BN8;          // staged row: warp row sr / 16
+            const int m = m0 + sr / 16 * WTM + mi * 16 + sr % 16;
+% if ECHK:
+            if (sr >= E_ROWS)
+                break;
+% endif
+% if MCHK:
+            if (m >= M)
+                continue;
+% endif
+% if NCHK:
+            if (n >= NPQ)
+                continue;
+% endif
+            const int i8 = (yo + m * PQ) / 8;
+            __local const float4* const p = (__local const float4*)(ep + sr * ELD + ec * 8);
+            const float4 f0 = p[eh], f1 = p[1 - eh];
+            float8 s = eh ? (float8)(f1, f0) : (float8)(f0, f1);
+% if has_bias:
+            s += ${c.LOAD("bias", "m")};
+% endif
+% if residual:
+            s += load_half8((__global const uint4*)res + i8);
+% endif
+% if attrs["act"] == "none":
+            ((__global uint4*)y)[i8] = pack_half8_rte(s);
+% else:
+            const float8 o = (float8)(${", ".join(capture(c.act, attrs["act"], attrs["alpha"], "s.s%d" % j).strip() for j in range(4))},
+                                      ${", ".join(capture(c.act, attrs["act"], attrs["alpha"], "s.s%d" % j).strip() for j in range(4, 8))});
+            ((__global uint4*)y)[i8] = pack_half8_rte(o);
+% endif
+        }
+    }
+% else:
 % if PAIRS:
     // epilogue: c[2h + j] of tile (mi, ni) is row g + 8h, column 2t + j of the tile; the two
     // columns of a lane are neighbouring pixels of one image (P*Q and 2t are even), so each
@@ -395,5 +530,6 @@ ${indent(capture(multiply, "0"), 8)}\
                     ${c.STORE("y", "yo + m * PQ", capture(c.act, attrs["act"], attrs["alpha"], "s"))};
                 }
         }
+% endif
 % endif
 }
