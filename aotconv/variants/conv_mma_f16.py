@@ -20,6 +20,11 @@ tiles: exact, they are halves already). The local tiles hold these words: half t
 conv_mma's float tiles for the same BK. The epilogue reads the bias and a fused residual with
 vload_half, adds in FP32, applies the activation and stores with vstore_half_rte (the storage
 helpers of templates/kernels/_common.mako), two outputs a vstore_half2_rte where P*Q is even.
+EPI = 1 stages it instead (as conv_mma_f16_nhwc's, docs/variants/conv_mma_f16_nhwc.md): in MI
+passes each warp writes 16 rows (channels) of its FP32 accumulators into local memory (one
+array with the tiles), and the work-group stores 8 pixels of a channel plane a 16-byte vector
+(P*Q % 8 == 0), reading the residual likewise; the same arithmetic per element, so the same
+bits as EPI = 0.
 
 Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type", .f16;
 groupID g = lane >> 2, threadID_in_group t = lane & 3; each .f16x2 register holds two
