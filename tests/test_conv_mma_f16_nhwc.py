@@ -565,7 +565,7 @@ STAGED = {
                         ("hardsigmoid", dict(alpha=0.3, beta=0.4)), ("hardswish", {}),
                         ("silu", {}), ("gelu", {}), ("gelu_tanh", {}))},
 }
-STAGED_QUICK = ("act_leaky_relu", "act_hardsigmoid", "act_gelu")
+STAGED_QUICK = ("act_hardsigmoid",)        # alpha * x + beta: a product and a sum to fuse
 
 
 def _pocl_local(program):
