@@ -3,7 +3,7 @@ params -> (device present) run the library, check it against numpy, profile, rep
 
 With several batch sizes (`--batch 1,8,32`) every size goes through spec -> schedule on its
 own (tuned per shape), and aotconv.batches merges the schedules into one library."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 import sys
 import time
@@ -25,6 +25,7 @@ from .report import write_report
 from .reference import run_network
 from .schedule import build_schedule, c_ident
 from .targets import get_target
+from .tune.progress import Progress
 from .tune.search import Budget, Clock, unique_layers
 
 
@@ -231,6 +232,15 @@ def _schedule(ctx, u, job, quiet):
         # a search after the network's that a time budget has no room for measures nothing
         return choose(n, ctx, only=only) if _time_for(ctx, n, only, quiet) else {}
 
+    def choose_fused(n, only):
+        # the depthwise fusion's layers: measured when tuning; from records otherwise, where
+        # one the records lack is left unfused (not measured), which neither warns of an
+        # untuned layer nor is refused by --require-tuned: the build does not run it
+        if ctx.tuning:
+            return choose_only(n, only)
+        look = replace(ctx, require_tuned=False, progress=Progress.make(quiet=True))
+        return choose(n, look, only=only)
+
     def choose_conversions(layers):
         n = Network(net.name, net.input_shape, layers, [layers[-1].name])
         return choose_only(n, [l.name for l in layers]) or \
@@ -246,7 +256,7 @@ def _schedule(ctx, u, job, quiet):
         net, choices, residual = fusion.apply_residual(net, choices, ctx.profile, "measure",
                                                        ctx.mode, choose_only)
         net, choices, dwpw = fusion.apply_dwpw(net, choices, ctx.profile, job.fuse_dwpw,
-                                               ctx.mode, choose_only)
+                                               ctx.mode, choose_fused)
     with phase("layouts"):
         choices, layout_plan = layouts.plan_network(net, choices, ctx)
         sch = build_schedule(net, choices, convert=choose_conversions, source=u.net0,

@@ -420,7 +420,8 @@ def test_an_nhwc_chain_built_from_the_tuner_matches_numpy(blocks, tmp_path):
     src, db = blocks
     _tune(src, db, "--where", DW_WHERE, "--where", IGEMM_WHERE, "--budget", "8")
     res = compile_network(str(src), target="pocl-cpu", outdir=tmp_path / "out",
-                          tune_mode="records", tuning_db=[str(db)], quiet=True, check=True)
+                          tune_mode="records", tuning_db=[str(db)], quiet=True, check=True,
+                          fuse_dwpw="never")       # dw1 and project1 stay layers of the chain
     assert res.check_error is not None and res.check_error <= protocol.TOLERANCE
     got = _chosen(res.outdir)
     assert got["dw1"]["variant"] == got["dw2"]["variant"] == "conv_dw_nhwc"
