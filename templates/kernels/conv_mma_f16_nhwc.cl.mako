@@ -100,11 +100,10 @@ ${define("A_RSTEP", "(WG / CH)")}
 // 8-float chunk each, lanes 4-7 of the 8 reading their second float4 first).
 ${define("ELD", ELD, "floats per row of the staged tile")}
 ${define("E_ROWS", "(WM * 16)", "pixels staged per pass")}
-${define("E_SIZE", "(E_ROWS * ELD)", "its words: the stages' local memory, where it fits")}
 ${define("BN8", "(BN / 8)", "16-byte output vectors per pixel of the tile")}
 ${define("E_VECS", "(E_ROWS * BN8)", "16-byte vectors per pass")}
 ${define("E_ITERS", E_ITERS, "... per work-item, rounded up")}
-${define("SMEM", SMEM, "words of local memory: max(NBUF * STAGE, E_SIZE)")}
+${define("SMEM", SMEM, "words of local memory: the stages, or a pass where larger")}
 % endif
 ${c.helpers()}
 % if EMULATE:
