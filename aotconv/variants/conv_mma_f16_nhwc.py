@@ -163,7 +163,7 @@ class ConvMmaF16Nhwc(Variant):
                    "the staged epilogue (EPI = 1) stores, and reads the bias and residual, in "
                    "16-byte vectors of 8 channels of one pixel: K % 8 == 0 keeps every pixel's "
                    "channels on a 16-byte boundary (else the direct epilogue, EPI = 0)",
-                   lambda l, c, t: not c["EPI"] or _dims(l)[1] % VEC == 0),
+                   lambda l, c, t: not _epi(c) or _dims(l)[1] % VEC == 0),
         Constraint("stages_not_oversized", "software",
                    "more cp.async stages than K steps (floor 2) hold nothing",
                    lambda l, c, t: c["CPASYNC"] <= max(2, _ktiles(l, c))),
