@@ -4,6 +4,14 @@ import math
 import os
 import sys
 
+# One BLAS thread per aotconv process unless the user says otherwise, set before numpy is
+# imported: a tuning run's searches fit their cost models (numpy) beside a compile process per
+# core, and OpenBLAS's default of a thread per core then spins on every core. ResNet-50 b1 from
+# nothing, 400 trials, on a 32-core host with two H200s: 130.5 s with the default, 73.4 s with
+# one thread (a Ray farm of both: 121.0 s and 67.0 s). docs/tuning.md, CPU threads.
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 from . import __version__
 from .errors import AotconvError
 
