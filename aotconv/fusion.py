@@ -337,10 +337,12 @@ def apply_dwpw(net, choices, target, policy="measure", mode="tune", choose_fn=No
         fused_choices = choose_fn(all_fused, takers)
     decisions = decide_dwpw(pairs, choices, fused_choices, policy, declined,
                             Price(target, net), fused_layers)
-    # "always" with nothing chosen (a budget with no room left) cannot fuse either
+    # a pair with no choice for its fused layer (a time budget with no room left to measure
+    # it) stays unfused whatever the policy
     keep = [d.conv for d in decisions if d.fused and d.conv in fused_choices]
-    decisions = [d if d.fused <= (d.conv in keep) else
-                 replace(d, fused=False, why=d.why + "; but no choice was made for it")
+    decisions = [d if not d.fused or d.conv in keep else
+                 replace(d, fused=False, why=d.why + ", but the fused layer got no choice (no "
+                                                     "time left to measure it): not fused")
                  for d in decisions]
     if not keep:
         return net, dict(choices), decisions

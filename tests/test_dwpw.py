@@ -275,12 +275,43 @@ def test_apply_dwpw_fuses_what_measures_faster():
     assert [l.name for l in out.layers] == ["pw", "dw2", "pw2", "gap"]
     assert out.layer("pw").op == "conv_dwpw" and "dw" not in ch
     assert ch["pw"].variant == "conv_dwpw" and ch["pw2"] == choices["pw2"]
+    # forced, but a time budget left no room to choose the fused layers: nothing fused
+    out, _, d = fusion.apply_dwpw(net, choices, POCL, "always", "tune", lambda n, only: {})
+    assert out.layers == net.layers and not any(x.fused for x in d)
+    assert all("got no choice" in x.why for x in d)
     asked.clear()
     out, ch, d = fusion.apply_dwpw(net, choices, POCL, "measure", "fallback", choose_fn)
     assert asked == [] and out.layers == net.layers and not any(x.fused for x in d)
     assert all("not measured: fused" in x.why for x in d)
     with pytest.raises(Exception, match="unknown depthwise fusion policy 'sometimes'"):
         fusion.apply_dwpw(net, choices, POCL, "sometimes", "tune", choose_fn)
+
+
+def test_aotconv_tune_measures_the_fusions_in_the_builds_order(monkeypatch):
+    """`aotconv tune` measures what a build measures after the network, in its order: the
+    pools, the residual adds, then the depthwise convs (each with the network the one before
+    left)."""
+    from aotconv import layouts
+    from aotconv.tune import cli
+    order = []
+
+    def step(name):
+        def run(net, choices, target, policy, mode, choose_fn):
+            order.append((name, [l.name for l in net.layers]))
+            return passes.fuse_residual(net) if name == "residual" else net, choices, []
+        return run
+    monkeypatch.setattr(fusion, "apply", step("pool"))
+    monkeypatch.setattr(fusion, "apply_residual", step("residual"))
+    monkeypatch.setattr(fusion, "apply_dwpw", step("dwpw"))
+    monkeypatch.setattr(layouts, "plan_network", lambda net, choices, ctx: (choices, None))
+    monkeypatch.setattr(layouts, "insert_conversions", lambda net, choices: (net, []))
+    net = passes.optimise(mobilenet_like())
+
+    class Ctx:
+        profile, mode = POCL, "tune"
+    assert cli._after_network(net, {}, Ctx(), True, set()) == {}
+    assert [n for n, _ in order] == ["pool", "residual", "dwpw"]
+    assert "b2_add" in order[1][1] and "b2_add" not in order[2][1]
 
 
 def test_an_fp16_build_leaves_the_pair_unfused():
@@ -444,6 +475,8 @@ def test_network_fused_and_not_matches_numpy(builds):
     assert "conv_dwpw" not in [l.op for l in off.net.layers]
     assert len(on.schedule.run_launches) == len(off.schedule.run_launches) - 3
     assert [d.fused for d in on.schedule.dwpw] == [True] * 3
+    # after the residual adds: the add fused into b2_pw first, then b2_dw into it
+    assert on.net.layer("b2_pw").attrs.get("residual") and [d.fused for d in on.schedule.residual]
     assert [d.fused for d in off.schedule.dwpw] == [False] * 3
     doc = json.loads((on.outdir / "tuning.json").read_text())
     assert [d["conv"] for d in doc["dwpw_fusion"] if d["fused"]] == ["b1_pw", "b2_pw", "b3_pw"]
