@@ -518,6 +518,19 @@ def test_a_tuned_conv_carries_its_kernel_into_the_fused_layer():
     _, ch, dec = fusion.apply_residual(net, tuned, POCL, "measure", "tune",
                                        lambda n, only: {"c": fast})
     assert dec[0].fused and ch["c"].variant == "conv_tiled"
+    # measured faster than the conv plus the add, but slower than the conv's kernel with the
+    # add's read would be (1.0 + 0.3 / 3): the conv's kernel is carried
+    between = Choice("conv_tiled", Config.of(KT=4), 1.25, "tuned")
+    _, ch, dec = fusion.apply_residual(net, tuned, POCL, "measure", "tune",
+                                       lambda n, only: {"c": between})
+    assert dec[0].fused and "own kernel" in dec[0].why
+    assert (ch["c"].variant, ch["c"].cfg) == ("conv_direct", Config.of(WG=64, KB=2))
+    # the add without a time: the search's kernel is kept where it is as fast as the conv
+    untimed = dict(tuned, a=Choice("add_direct", Config.of(WG=64, VEC=1), None, "fallback"))
+    quick = Choice("conv_tiled", Config.of(KT=4), 0.95, "tuned")
+    _, ch, _ = fusion.apply_residual(net, untimed, POCL, "measure", "tune",
+                                     lambda n, only: {"c": quick})
+    assert ch["c"].variant == "conv_tiled"
     # a configuration that is no point of the fused layer's space is not carried
     odd = dict(tuned, c=Choice("conv_direct", Config.of(WG=7, KB=2), 1.0, "tuned"))
     _, _, dec = fusion.apply_residual(net, odd, POCL, "measure", "tune",
