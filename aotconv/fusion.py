@@ -210,6 +210,11 @@ def decide_residual(pairs, choices, fused_choices, policy, declined=None, price=
     return out
 
 
+def _layouts(variant, layer, cfg):
+    of = getattr(variant, "layouts_of", None)
+    return tuple(of(layer, cfg)) if of else ("NCHW", "NCHW")
+
+
 def _carried(fused_net, triples, takers, choices, fused_choices, target):
     """{conv: Choice} where the fused layer's own search found nothing as fast as the conv's
     chosen kernel would be with the add's read in its epilogue (a small share of a budget may
@@ -233,9 +238,16 @@ def _carried(fused_net, triples, takers, choices, fused_choices, target):
         if f is not None and (f.variant, f.cfg) == (a.variant, a.cfg):
             continue
         t = [getattr(x, "time_ms", None) for x in (a, choices.get(add), f)]
+        v = BY_NAME[a.variant]
         if t[0] is not None and t[2] is not None and t[2] <= t[0] + (t[1] or 0.0) / 3:
             continue            # the search's own fused kernel is as fast as the carried one
-        v = BY_NAME[a.variant]
+        if None not in t and t[2] < t[0] + t[1] + gap_ms(target) and \
+                _layouts(v, layers[conv], a.cfg) != _layouts(BY_NAME[f.variant], layers[conv],
+                                                             f.cfg):
+            # measured faster than the conv plus the add: carried only where the layout plan
+            # sees the same layouts (ResNet-50 b1 guided for 90 s on an H100: NHWC kernels
+            # carried between CHWN neighbours brought in 12 conversions)
+            continue
         # a variant that declines the fused layer would drop the residual, whatever its knobs
         if v.supports(layers[conv]) is None and point_ok(layers[conv], v, a.cfg, target):
             out[conv] = Choice(a.variant, a.cfg, None, a.source, a.stats, plan_ms=a.time_ms)

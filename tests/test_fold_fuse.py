@@ -525,6 +525,16 @@ def test_a_tuned_conv_carries_its_kernel_into_the_fused_layer():
                                        lambda n, only: {"c": between})
     assert dec[0].fused and "own kernel" in dec[0].why
     assert (ch["c"].variant, ch["c"].cfg) == ("conv_direct", Config.of(WG=64, KB=2))
+    # ... but not where the search's kernel has other layouts than the conv's (the layout
+    # plan would meet new conversions)
+    from aotconv.variants import BY_NAME
+    ig = BY_NAME["conv_igemm"]
+    nhwc = Config.of(**dict(dict(ig.fallback(out.layers[0], POCL).items), LAYOUT="NHWC"))
+    assert ig.layouts_of(out.layers[0], nhwc)[0] == "NHWC"
+    other = Choice("conv_igemm", nhwc, 1.25, "tuned")
+    _, ch, dec = fusion.apply_residual(net, tuned, POCL, "measure", "tune",
+                                       lambda n, only: {"c": other})
+    assert dec[0].fused and ch["c"].variant == "conv_igemm"
     # the add without a time: the search's kernel is kept where it is as fast as the conv
     untimed = dict(tuned, a=Choice("add_direct", Config.of(WG=64, VEC=1), None, "fallback"))
     quick = Choice("conv_tiled", Config.of(KT=4), 0.95, "tuned")
