@@ -98,27 +98,39 @@ class Price:
                     f"{t[0]:.4g} + {t[1]:.4g}{launch} ms")
 
 
+def _decide(kind, pairs, choices, fused_choices, policy, price, fused_layers, declined,
+            names, forced):
+    """[kind] for each (conv, partner) pair: the conv names the fused layer (its choice in
+    `fused_choices`); fused where measured faster (Price.compare), never where `declined`
+    {conv: why} or unmeasured, always or never by `policy`. `names` label the three times in
+    the "not measured" reason, `forced` the policy in its reasons."""
+    declined = declined or {}
+    price = price or Price()
+    out = []
+    for conv, partner in pairs:
+        a, b, f = choices.get(conv), choices.get(partner), fused_choices.get(conv)
+        t = [price(conv, a), price(partner, b), price(conv, f, fused_layers)]
+        if conv in declined:
+            ok, why = False, f"no variant takes the fused layer: {declined[conv]}"
+        elif policy == "always":
+            ok, why = True, f"fusion forced ({forced}always)"
+        elif policy == "never":
+            ok, why = False, f"fusion off ({forced}never)"
+        elif None in t:
+            ok = False
+            why = "not measured: " + ", ".join(n for n, x in zip(names, t) if x is None)
+        else:
+            ok, why = price.compare(t)
+        out.append(kind(conv, partner, *(getattr(x, "time_ms", None) for x in (a, b, f)),
+                        ok, why))
+    return out
+
+
 def decide(pairs, choices, fused_choices, policy, price=None, fused_layers=None):
     """[Decision] for each (conv, pool) pair given the unfused and the fused choices; `price`
     (a Price) counts launches, `fused_layers` {conv: the fused layer} for its fused choice."""
-    price = price or Price()
-    out = []
-    for conv, pool in pairs:
-        a, b, f = choices.get(conv), choices.get(pool), fused_choices.get(conv)
-        t = [price(conv, a), price(pool, b), price(conv, f, fused_layers)]
-        if policy == "always":
-            ok, why = True, "fusion forced (fuse_pool=always)"
-        elif policy == "never":
-            ok, why = False, "fusion off (fuse_pool=never)"
-        elif None in t:
-            ok = False
-            why = "not measured: " + ", ".join(n for n, x in zip(("conv", "pool", "fused"), t)
-                                              if x is None)
-        else:
-            ok, why = price.compare(t)
-        out.append(Decision(conv, pool, *(getattr(x, "time_ms", None) for x in (a, b, f)),
-                            ok, why))
-    return out
+    return _decide(Decision, pairs, choices, fused_choices, policy, price, fused_layers, None,
+                   ("conv", "pool", "fused"), "fuse_pool=")
 
 
 # The fused kernel is a direct convolution that recomputes overlapping windows: it can only
@@ -307,27 +319,8 @@ def decide_dwpw(pairs, choices, fused_choices, policy, declined=None, price=None
     fused choices (the fused layer's under the pointwise conv's name); `declined` {pointwise
     conv: why} names the pairs no variant takes fused; `price` and `fused_layers` as for
     decide."""
-    declined = declined or {}
-    price = price or Price()
-    out = []
-    for dw, pw in pairs:
-        a, b, f = choices.get(pw), choices.get(dw), fused_choices.get(pw)
-        t = [price(pw, a), price(dw, b), price(pw, f, fused_layers)]
-        if pw in declined:
-            ok, why = False, f"no variant takes the fused layer: {declined[pw]}"
-        elif policy == "always":
-            ok, why = True, "fusion forced (policy always)"
-        elif policy == "never":
-            ok, why = False, "fusion off (policy never)"
-        elif None in t:
-            ok = False
-            why = "not measured: " + ", ".join(n for n, x in zip(("pw", "dw", "fused"), t)
-                                              if x is None)
-        else:
-            ok, why = price.compare(t)
-        out.append(DwpwDecision(pw, dw, *(getattr(x, "time_ms", None) for x in (a, b, f)),
-                                ok, why))
-    return out
+    return _decide(DwpwDecision, [(pw, dw) for dw, pw in pairs], choices, fused_choices,
+                   policy, price, fused_layers, declined, ("pw", "dw", "fused"), "policy ")
 
 
 def _dwpw_declined(net, pairs, target):
