@@ -246,6 +246,16 @@ def _fold_text(f):
     return f"{f.layer} ({bns})"
 
 
+def _decision_table(intro, names, times, rows):
+    """Lines of one kind of fusion decision: `intro`, then a table of the `names` columns, the
+    `times` columns (ms), fused and why; `rows` [(names, times, decision)]."""
+    cols = names + times + ["fused", "why"]
+    out = [intro, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join([*n, *(_ms(x) for x in t), "yes" if d.fused else "no", d.why])
+            + " |" for n, t, d in rows]
+    return out + [""]
+
+
 def _fusion_and_layouts(sch, level="##"):
     """The batchnorms folded, which pools, residual adds and depthwise convs were fused (times
     compared) and the layout conversions (aotconv.passes, aotconv.fusion, aotconv.layouts)."""
@@ -257,36 +267,27 @@ def _fusion_and_layouts(sch, level="##"):
                 + ", ".join(_fold_text(f) for f in folds) + ".", ""]
     res = getattr(sch, "residual", None) or []
     if res:
-        out += [f"Residual adds fused into the epilogue of the conv before them: "
-                f"{sum(d.fused for d in res)} of {len(res)} candidates (kept where the fused "
-                f"kernel measures faster than conv + add, or, unmeasured, runs the conv's own "
-                f"kernel).", "",
-                "| conv | add | residual | conv ms | add ms | fused ms | fused | why |",
-                "|---|---|---|---|---|---|---|---|"]
-        out += [f"| {d.conv} | {d.add} | {d.residual} | {_ms(d.conv_ms)} | {_ms(d.add_ms)} "
-                f"| {_ms(d.fused_ms)} | {'yes' if d.fused else 'no'} | {d.why} |" for d in res]
-        out.append("")
+        out += _decision_table(
+            f"Residual adds fused into the epilogue of the conv before them: "
+            f"{sum(d.fused for d in res)} of {len(res)} candidates (kept where the fused "
+            f"kernel measures faster than conv + add, or, unmeasured, runs the conv's own "
+            f"kernel).", ["conv", "add", "residual"], ["conv ms", "add ms", "fused ms"],
+            [([d.conv, d.add, d.residual], [d.conv_ms, d.add_ms, d.fused_ms], d) for d in res])
     dwpw = getattr(sch, "dwpw", None) or []
     if dwpw:
-        out += [f"Depthwise convs fused into the pointwise conv after them (conv_dwpw: the "
-                f"depthwise output never reaches memory): {sum(d.fused for d in dwpw)} of "
-                f"{len(dwpw)} candidates (kept where the fused kernel measures faster than "
-                f"dw + pw).", "",
-                "| pw conv | dw conv | pw ms | dw ms | fused ms | fused | why |",
-                "|---|---|---|---|---|---|---|"]
-        out += [f"| {d.conv} | {d.dw} | {_ms(d.conv_ms)} | {_ms(d.dw_ms)} | {_ms(d.fused_ms)} "
-                f"| {'yes' if d.fused else 'no'} | {d.why} |" for d in dwpw]
-        out.append("")
+        out += _decision_table(
+            f"Depthwise convs fused into the pointwise conv after them (conv_dwpw: the "
+            f"depthwise output never reaches memory): {sum(d.fused for d in dwpw)} of "
+            f"{len(dwpw)} candidates (kept where the fused kernel measures faster than "
+            f"dw + pw).", ["pw conv", "dw conv"], ["pw ms", "dw ms", "fused ms"],
+            [([d.conv, d.dw], [d.conv_ms, d.dw_ms, d.fused_ms], d) for d in dwpw])
     fusion = sch.fusion or []
     if fusion:
-        out += [f"Pools fused into the convolution before them: {sum(d.fused for d in fusion)} "
-                f"of {len(fusion)} candidates (kept where the fused kernel measures faster than "
-                f"conv + pool).", "",
-                "| conv | pool | conv ms | pool ms | fused ms | fused | why |",
-                "|---|---|---|---|---|---|---|"]
-        out += [f"| {d.conv} | {d.pool} | {_ms(d.conv_ms)} | {_ms(d.pool_ms)} | {_ms(d.fused_ms)} "
-                f"| {'yes' if d.fused else 'no'} | {d.why} |" for d in fusion]
-        out.append("")
+        out += _decision_table(
+            f"Pools fused into the convolution before them: {sum(d.fused for d in fusion)} "
+            f"of {len(fusion)} candidates (kept where the fused kernel measures faster than "
+            f"conv + pool).", ["conv", "pool"], ["conv ms", "pool ms", "fused ms"],
+            [([d.conv, d.pool], [d.conv_ms, d.pool_ms, d.fused_ms], d) for d in fusion])
     else:
         out += ["No convolution is followed by a pool it could absorb.", ""]
     net = sch.net
