@@ -8,6 +8,7 @@ against the libraries a user would otherwise call.
     refs/               the references (PyTorch, CLBlast's convgemm) as measurement subjects
     e2e.py              one network end to end: the emitted library against PyTorch, in one
                         precision (--precision fp32, tf32 or fp16)
+    library_timing.py   the library's timing end to end, in a process of its own (no PyTorch)
     report.py           derived figures (roofline, hints, summaries) and the tables
     rerender.py         --from-json: merge earlier results and render them again
     cli.py              the `aotconv bench` command line

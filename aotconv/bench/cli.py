@@ -61,6 +61,9 @@ def add_commands(sub):
                    help="torch.compile modes timed end to end on a GPU beside eager and its "
                         "CUDA graph, comma-separated (reduce-overhead, max-autotune, default) or "
                         "none (default: reduce-overhead)")
+    b.add_argument("--ours-in-process", action="store_true",
+                   help="time the end-to-end library in the bench's own process, beside PyTorch "
+                        "(default: a process of its own, as an application runs it)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--workdir", default="build/bench", help="where end-to-end builds go")
     b.add_argument("--out", help="JSON path (default build/bench/bench-<target>-<date>.json)")

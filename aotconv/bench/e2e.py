@@ -1,6 +1,9 @@
 """One network end to end: build the emitted library with `compile_network`, time its run()
 (from numpy memory and from its pinned host buffers) and its per-kernel profile, against
 PyTorch eager on a model of the same net.yaml with the same weights (aotconv.torch_model).
+The library is timed first, in a process of its own (aotconv.bench.library_timing: as an
+application runs it, without PyTorch; --ours-in-process: in this one), then PyTorch in this
+process.
 
 The repeat counts follow the protocol's policy for the bench (aotconv.protocol.counts); the
 outputs are compared with the hybrid tolerance before anything is timed.
@@ -24,7 +27,7 @@ from ..harness import close
 from ..ops import flops
 from ..protocol import TOLERANCE, counts
 from ..reference import run_network
-from ..runtime import load
+from .library_timing import in_bench_process, in_own_process
 from .refs.torch_ref import Precision, Timer, sync, torch
 from .report import best_ours, failure, rounded
 
@@ -69,34 +72,21 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
         pass
     flat = params_mod.random_params(net0, seed=opts.seed)
     x = np.random.default_rng(opts.seed + 1).standard_normal(net0.input_shape).astype(np.float32)
-    try:
-        with load(outdir, profile=True) as lib:      # the kernels column: profile()
-            lib.set_params(flat)
-            y = lib(x)
-            t1 = time.perf_counter()
-            lib(x)
-            warmup, repeats = counts((time.perf_counter() - t1) * 1e3, opts)
-            for _ in range(warmup):
-                lib(x)
-            walls, sums = [], []
-            for _ in range(repeats):
-                t1 = time.perf_counter()
-                lib(x)
-                walls.append((time.perf_counter() - t1) * 1e3)
-                sums.append(sum(ms for _, ms in lib.profile()))
-            row["ours"].update(run_ms=float(np.median(walls)), kernels_ms=float(np.median(sums)),
-                               run_times=rounded(walls), launches=len(lib.kernel_names))
-            row["ours"].update(pinned_run(lib, x, y, warmup, repeats))
-        # what an application gets by default (options.profile = 0, or opts NULL): a queue
-        # without CL_QUEUE_PROFILING_ENABLE, whose kernels record no timestamps
-        with load(outdir, profile=False) as lib:
-            lib.set_params(flat)
-            quiet = pinned_run(lib, x, y, warmup, repeats)
-        row["ours"].update({k.replace("run_pinned", "run_pinned_noprof"): v
-                            for k, v in quiet.items()})
-    except Exception as e:
-        row["ours"].update(failure(e))
-        row["ours"]["error"] = "run failed: " + row["ours"]["error"]
+    # the library timed as an application runs it, in a process of its own (PyTorch, timed
+    # below, leaves its CUDA context, threads and compile workers in this one), or here with
+    # --ours-in-process
+    if getattr(opts.a, "ours_in_process", False):
+        timed = in_bench_process
+        note = ("end to end: ours timed in the bench's own process (--ours-in-process), after "
+                "PyTorch's previous rows")
+        if note not in notes:
+            notes.append(note)
+    else:
+        timed = in_own_process
+    ours, y = timed(outdir, flat, x, opts)
+    row["ours"].update(ours)
+    if "error" in ours:
+        row["ours"]["error"] = "run failed: " + ours["error"]
         return row
     if prec != "fp32":
         # PyTorch in half or TF32 is another rounding of the same model, not a reference
@@ -161,30 +151,6 @@ def numpy_check(sch, net0, flat, x, y, opts):
     if not out["within"] and hasattr(ref, "resolution"):
         out["resolution"] = ref.resolution(xs)
     return out
-
-
-def pinned_run(lib, x, y, warmup, repeats):
-    """run() from the library's pinned host buffers (host_buffers()), what an application that
-    writes its input there gets: {"run_pinned_ms"}, or {"run_pinned_error"} when the buffers
-    cannot be had or the output differs from run() on numpy memory."""
-    try:
-        xin, _ = lib.host_buffers()
-        xin[...] = x
-        got = lib.run_host().copy()
-        want = np.concatenate([v.ravel() for v in (y if isinstance(y, list) else [y])])
-        if not np.array_equal(got, want):
-            return {"run_pinned_error": "the output from the pinned buffers differs from "
-                                        "run() on numpy memory"}
-        for _ in range(warmup):
-            lib.run_host()
-        times = []
-        for _ in range(repeats):
-            t1 = time.perf_counter()
-            lib.run_host()
-            times.append((time.perf_counter() - t1) * 1e3)
-        return {"run_pinned_ms": float(np.median(times))}
-    except Exception as e:
-        return {"run_pinned_error": f"{type(e).__name__}: {e}"}
 
 
 def torch_e2e(net0, flat, x, device, opts, precision="fp32"):
