@@ -185,3 +185,12 @@ def test_ours_in_process_gives_a_row_of_the_same_keys(tmp_path):
     assert set(own) == set(here) and set(own["ours"]) == set(here["ours"])
     assert own["ours"]["process"] == "own" and here["ours"]["process"] == "bench"
     assert own["ours"]["torch_loaded"] is False
+
+
+def test_a_timing_process_that_cannot_start_is_a_one_line_error(lenet5, tmp_path, monkeypatch):
+    missing = tmp_path / "no-such-python"
+    monkeypatch.setattr(sys, "executable", str(missing))
+    ours, y = lt.in_own_process(lenet5[0], lenet5[2], lenet5[3], OPTS)
+    assert y is None and ours["process"] == "own"
+    assert ours["error"].startswith("FileNotFoundError: ") and str(missing) in ours["error"]
+    assert "\n" not in ours["error"]

@@ -128,7 +128,15 @@ def in_own_process(build_dir, flat, x, opts):
     """time_library in a child process of its own: (ours, y) as time_library gives them, ours
     with process "own" and whether the child had loaded torch; where the child gave no result
     (it exited with an error, was killed, or ran past its limit), ours is {error} saying so
-    with the last lines of its stderr, and y is None."""
+    with the last lines of its stderr, and y is None; where this side failed (the files not
+    written, the process not started), {error, where} as time_library gives them."""
+    try:
+        return _in_own_process(build_dir, flat, x, opts)
+    except Exception as e:
+        return {**failure(e), "process": "own"}, None
+
+
+def _in_own_process(build_dir, flat, x, opts):
     with tempfile.TemporaryDirectory(prefix="aotconv-timing-") as tmp:
         files = Path(tmp)
         np.save(files / "params.npy", np.ascontiguousarray(flat, np.float32))
