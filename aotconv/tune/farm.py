@@ -305,6 +305,9 @@ class Farm(MeasurerBase):
         # running); one per device kept a search's compile and run in turn (ResNet-50 b1 on
         # one H200 through the farm: 1.6 candidates in flight, the device 40% busy)
         self.slots = 2 * len(self.hosts) if self.overlap else len(self.hosts)
+        # in flight at once before candidates queue: a compile per CPU of the cluster (the
+        # dispatcher's window) where compiles overlap the runs; else the slots
+        self.capacity = max(self.slots, self.cpus) if self.overlap else self.slots
         others = n - len(use)
         self.say(f"aotconv: farm: {len(use)} {self.device['name']} device"
                  f"{'s' if len(use) > 1 else ''} of target {self.profile.name} on "

@@ -433,10 +433,13 @@ class MeasurerBase(Closeable):
     `slots`: how many candidates it works on at the same time (its parallel compiles, or
     its devices): under a deadline the search measures that many between checks. `lanes`:
     how many layer searches should call measure at once (from threads of their own) to keep
-    it busy; measure must be safe to call so."""
+    it busy; measure must be safe to call so. `capacity`: how many candidates it can have in
+    flight at once before they queue (its compile processes): the searches running at once
+    share it, and a search running alone proposes batches that wide (strategies.model)."""
 
     target = None
     slots = 1
+    capacity = 1
     lanes = 1                  # layer searches it serves best at once (tune.search lanes)
 
     def measure(self, layer, candidates, variants=None, on_outcome=None):
@@ -506,6 +509,7 @@ class Measurer(MeasurerBase):
         self.builders = queue.Queue()
         self._nbuilders = self.jobs if self.jobs >= 2 else 0
         self.slots = max(1, self._nbuilders)     # candidates compiled at the same time
+        self.capacity = self.slots
         self.lanes = 2 if self.overlap else 1
         self._pool = None
         self._lock = threading.Lock()             # the pool's start, build_seconds

@@ -15,6 +15,13 @@ training rows too, weighted by `prior` and their similarity, with their times re
 best of their own layer (an indicator feature absorbs the offset to this layer's absolute
 times): the first `init` picks follow the prior's ranking instead of being random, as TVM's
 transfer learning starts its XGBoost model from earlier tasks' logs.
+
+Width: a batch is `batch` picks, or more where the measurer has room for more in flight than the
+searches running beside this one fill (`evaluate.width()`, the measurer's capacity shared by the
+running searches): a search left alone at the end of a build, or on a farm of many compile CPUs,
+proposes that many at once instead of a chain of batches of `batch`, each waiting for its
+slowest compile. The picks beyond `batch` come from the same `batch` bootstrap fits, each fit's
+next-best untried point in turn, so a wide batch costs no more fitting than a narrow one.
 """
 import math
 
@@ -116,6 +123,18 @@ def _with_prior(Xs, ys, P, py, pw, prior):
     return X, y, w
 
 
+def wide(evaluate, batch):
+    """How many picks the next batch has: `batch`, or evaluate.width() where that is more (the
+    measurer's room in flight that the searches running beside this one leave), never more
+    than the trials left."""
+    width = getattr(evaluate, "width", None)
+    n = int(width()) if callable(width) else 0
+    if n <= batch:
+        return batch
+    left = getattr(evaluate, "remaining", None)
+    return max(batch, min(n, left)) if isinstance(left, int) else n
+
+
 def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1, prior=6.0):
     """`prior`: how many of this layer's own measurements the records of similar layers
     (evaluate.hints, seeding.Hints) count for together (0 turns them off), so they guide the
@@ -159,31 +178,41 @@ def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1, prio
         free = np.ones(n, dtype=bool)
         free[seen] = False
         picks = []
+        width = wide(evaluate, batch)
         if (ok.sum() < 2 and not use_prior) or X.shape[1] == 0 or not ok.any():
             cand = np.nonzero(free)[0]
-            picks = [int(i) for i in rng.choice(cand, size=min(batch, len(cand)), replace=False)]
+            picks = [int(i) for i in rng.choice(cand, size=min(width, len(cand)), replace=False)]
         else:
             y = np.log(np.where(ok, cost, 1.0))
             y[~ok] = y[ok].max() + 1.0
             if use_prior:
                 y = y - y[ok].min()            # relative to the best so far, as the prior is
-            for _ in range(batch):
+            preds = []
+            for j in range(width):
                 if not free.any():
                     break
                 if rng.random() < explore:
                     cand = np.nonzero(free)[0]
                     i = int(cand[rng.integers(len(cand))])
                 else:
-                    boot = rng.integers(len(seen), size=len(seen))
-                    if use_prior:
-                        Xa, ya, wa = _with_prior(X[seen[boot]], y[boot], P, py, pw, prior)
-                        w, mu = _fit(Xa, ya, ridge, wa)
-                        pred = X @ w[:-1].astype(np.float32) + mu
+                    if j < batch:
+                        boot = rng.integers(len(seen), size=len(seen))
+                        if use_prior:
+                            Xa, ya, wa = _with_prior(X[seen[boot]], y[boot], P, py, pw, prior)
+                            w, mu = _fit(Xa, ya, ridge, wa)
+                            pred = X @ w[:-1].astype(np.float32) + mu
+                        else:
+                            w, mu = _fit(X[seen[boot]], y[boot], ridge)
+                            pred = X @ w.astype(np.float32) + mu
+                        preds.append(pred)
                     else:
-                        w, mu = _fit(X[seen[boot]], y[boot], ridge)
-                        pred = X @ w.astype(np.float32) + mu
-                    pred[~free] = math.inf
-                    i = int(np.argmin(pred))
+                        pred = preds[j % len(preds)] if preds else None
+                    if pred is None:
+                        cand = np.nonzero(free)[0]
+                        i = int(cand[rng.integers(len(cand))])
+                    else:
+                        pred[~free] = math.inf
+                        i = int(np.argmin(pred))
                 picks.append(i)
                 free[i] = False
         evaluate(picks)
