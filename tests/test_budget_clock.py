@@ -584,6 +584,80 @@ def test_first_pace_takes_the_first_measurement_out_of_the_first_batch():
     assert q.marginal(1, 2.5) == (0, pytest.approx(0.5))
 
 
+def test_a_batch_cut_at_the_pace_guessed_goes_on_at_the_pace_measured(fake_time):
+    """A batch cut to what fitted at the pace guessed before anything was measured (0.5 s a
+    candidate; they take 0.125 s) ended the layer's search after two, its deadline still
+    0.75 s away: the time went to the layers after it (ResNet-50 b1 guided for 90 s on an H100:
+    its early layers measured their fallback alone, the later ones 20-50 candidates). The rest
+    of the batch is fitted again at the pace its first chunk showed, until nothing more fits."""
+    calls = []
+
+    def measure(idx):
+        calls.append(list(idx))
+        fake_time.sleep(0.125 * len(idx))
+        return [1.0] * len(idx)
+
+    ev = Evaluator(100, measure, trials=100, deadline=fake_time.monotonic() + 1.0,
+                   pace=Pace(0.5), chunk=2)
+    t0 = fake_time.monotonic()
+    with pytest.raises(Exhausted):
+        ev(range(16))
+    assert calls[0] == [0, 1]                   # fitted at the pace guessed
+    assert list(ev.visited) == list(range(8))   # then 6 more in the 0.75 s left
+    assert fake_time.monotonic() - t0 == pytest.approx(1.0)     # none past the deadline
+    # a batch that fits whole is measured as before, in chunks
+    calls.clear()
+    ev = Evaluator(100, measure, trials=100, deadline=fake_time.monotonic() + 10.0,
+                   pace=Pace(0.125), chunk=2)
+    assert ev(range(4)) == [1.0] * 4 and calls == [[0, 1], [2, 3]]
+
+
+def test_a_late_first_measurement_moves_the_layers_deadline_by_what_it_was_late():
+    t = time.monotonic()
+    # the layer started 3 s ago and its first measurement just came: 1 s past the 2 s expected
+    p = search.FirstPace(search.SharedPace(0.5), 2.0, since=t - 3.0, until=lambda: t + 100)
+    assert p.moved(t + 5.0) == t + 5.0                      # not measured yet: as granted
+    p.came(2.9)
+    assert p.moved(t + 5.0) == pytest.approx(t + 6.0, abs=0.05)
+    assert p.moved(None) is None                            # no deadline: none
+    # never past the clock's search time
+    capped = search.FirstPace(search.SharedPace(0.5), 2.0, since=t - 3.0,
+                              until=lambda: t + 5.5)
+    capped.came(2.9)
+    assert capped.moved(t + 5.0) == pytest.approx(t + 5.5)
+    assert capped.moved(t + 6.0) == t + 6.0                 # nor cut by it
+    # one that came before the expected time leaves the deadline where it was
+    early = search.FirstPace(search.SharedPace(0.5), 2.0, since=t - 1.0)
+    early.came(0.9)
+    assert early.moved(t + 5.0) == t + 5.0
+    # the clock's search time: its end less the library's and the later searches' reserves
+    clock = Clock.make("60s", POCL)
+    assert clock.search_end() == pytest.approx(clock.end - clock.final_reserve
+                                               - clock.follow_up, abs=0.05)
+
+
+def test_a_layer_keeps_its_share_after_a_late_first_measurement(tmp_path, monkeypatch):
+    """A layer granted its first measurement (0.2 s expected) and 0.3 s more: its first took
+    0.55 s (the build's first compiles queued behind each other), and the search ended there,
+    its share spent waiting. The deadline moves by what that measurement was late."""
+    monkeypatch.setitem(search.PACE_DEFAULT, "cpu", 0.03)
+    flat_latency(monkeypatch, 0.2)
+    g = groups_of([{"name": "r", "op": "relu"}])[0]
+    known_spaces(monkeypatch, [g])
+    sp = search.layer_spaces([g[0]], POCL)[0]
+    m = Lagged(0.52, per=0.03, build=0.0)
+    clock = Clock.make("60s", POCL)
+    t0 = time.monotonic()
+    r = search.tune_layer(sp, POCL, m, Store(write=[tmp_path / "r"]), None, strategy="random",
+                          trials=40, deadline=t0 + clock.latency(g[0]) + 0.3, clock=clock,
+                          layers=g)
+    took = time.monotonic() - t0
+    # 8 or 9 on a quiet host (the first at 0.55 s, then 0.3 s at 0.03 s each); ended at the
+    # deadline as granted, the two variants' fallbacks alone
+    assert r.new >= 6, r.new
+    assert took <= 0.55 + 0.3 + SCHED_S, took
+
+
 def test_searches_that_find_no_room_are_left_out_of_the_floor(monkeypatch):
     """Past the budget, the build leaves out the searches after the network's (no time left
     for them: compiler._time_for); the figure said counted them anyway (VGG-16 at batch 16 on

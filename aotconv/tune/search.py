@@ -190,16 +190,34 @@ class FirstPace(Pace):
     build, look several times slower than it was, so that a guided ResNet-50 b1 search cut its
     early layers' second batches to nothing and left them on their fallback."""
 
-    def __init__(self, shared, first):
+    def __init__(self, shared, first, since=None, until=None):
         super().__init__(shared.default)
         self.shared, self.first = shared, max(0.0, first)
+        self.since = time.monotonic() if since is None else since
+        self.until = until             # () -> the latest a deadline may be moved to
         self.started = False           # the first batch was measured
         self.took = None               # seconds its first measurement took
+        self.late = None               # seconds it came after the expected time (< 0: before)
 
     def came(self, seconds):
         """The layer's first measurement arrived `seconds` after its batch started."""
         if self.took is None:
             self.took = max(0.0, seconds)
+            self.late = time.monotonic() - self.since - self.first
+
+    def moved(self, deadline):
+        """The layer's deadline moved later by what its first measurement took beyond the
+        `first` seconds its grant counted for it, never past `until()` (the clock's search
+        time): the layer keeps its share of the time after that measurement. Fixed, a first
+        measurement that took longer than expected (the build's first compiles queue behind
+        each other) ate the layer's share and left it on its fallback, and the time passed to
+        the layers after it. One that took less leaves the deadline where it is (moved
+        earlier too, a layer lost what the clock's latency, learnt from a few layers,
+        over-counted)."""
+        if deadline is None or not self.late or self.late <= 0:
+            return deadline
+        moved = deadline + self.late
+        return moved if self.until is None else min(moved, max(deadline, self.until()))
 
     def marginal(self, count, seconds):
         if self.started:
@@ -408,6 +426,10 @@ class Clock:
         """Seconds this moment's search may still spend (after the reserves)."""
         keep = self.final_reserve + (self.follow_up if self.searches <= 1 else 0.0)
         return self.left() - keep
+
+    def search_end(self):
+        """When this moment's search must end (time.monotonic()), the reserves kept."""
+        return time.monotonic() + self.search_left()
 
     def affords(self, layers):
         """Whether a later search of `layers` (its unique Layers), enumerated and measured
@@ -651,7 +673,8 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
                 progress.trial(cand, o, outcomes)
 
     price = Pricer(layer, variants, target)     # time + the gaps of launches beyond one
-    pace = FirstPace(clock.pace, clock.latency(layer)) if clock is not None else None
+    pace = FirstPace(clock.pace, clock.latency(layer), started, clock.search_end) \
+        if clock is not None else None
 
     def measure(indices):
         if lane is not None and lane.stop.is_set():

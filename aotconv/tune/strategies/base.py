@@ -10,7 +10,11 @@ for free and goes on exactly where it stopped.
 
 Under a deadline the Evaluator also keeps a `Pace` (seconds of wall time one new measurement
 has cost so far, shared by the searches of a build): a batch is cut to the candidates that fit
-in the time left, so a batch started just before the deadline does not run far past it.
+in the time left, so a batch started just before the deadline does not run far past it. What
+the cut part measured corrects the pace, and the rest of the batch is fitted again to the time
+left, until nothing more fits: a cut made at a pace guessed before anything was measured does
+not end the search while its time lasts. The pace may move the deadline (`Pace.moved`: a
+layer's first measurement that came later than its grant counted, search.FirstPace).
 `evaluate.hints` holds what the caller knows before anything is measured (seeding.Hints: the
 records of similar layers); a strategy may use it or ignore it.
 """
@@ -43,6 +47,11 @@ class Pace:
         """(count, seconds) of a batch that this pace learns from: all of it (FirstPace takes
         a layer's first measurement out of its first batch)."""
         return count, seconds
+
+    def moved(self, deadline):
+        """The deadline as what was measured moves it: itself (FirstPace moves a layer's
+        deadline by what its first measurement took beyond what was expected)."""
+        return deadline
 
     def fits(self, seconds):
         """How many new candidates fit in `seconds`."""
@@ -88,9 +97,13 @@ class Evaluator:
         i = min(self.visited, key=self.visited.get)
         return i, self.visited[i]
 
+    def _end(self):
+        """The deadline, as the pace moves it (Pace.moved)."""
+        return self.pace.moved(self.deadline) if self.pace is not None else self.deadline
+
     def _out_of_time(self):
         return (self.deadline is not None and len(self.visited) >= self.min_trials
-                and time.monotonic() >= self.deadline)
+                and time.monotonic() >= self._end())
 
     def __call__(self, indices):
         self.calls += 1
@@ -103,15 +116,30 @@ class Evaluator:
                 new.append(i)
         if (new and (self.remaining <= 0 or self._out_of_time())) or len(self.visited) >= self.n:
             raise Exhausted()
-        take = self._fit(new[:self.remaining])
+        want = new[:self.remaining]
+        # a batch is cut to what fits at the pace known when it starts; what is measured
+        # then shows the pace (a layer's first measurement, the build's first candidates), so
+        # the rest of the batch is fitted again to the time left, until nothing more fits
+        while True:
+            rest = [i for i in want if i not in self.visited]
+            more = self._fit(rest)
+            if not more or len(self._measure(more)) < len(more) or len(more) == len(rest):
+                break
+        if any(i not in self.visited for i in new):
+            raise Exhausted()
+        return [self.visited[i] for i in indices]
+
+    def _measure(self, take):
+        """Measure the new points of `take` (known points are free), a chunk at a time under a
+        deadline, and visit them in order; returns the points visited (the chunks after one
+        that would run past the deadline are left)."""
         fresh = [i for i in take if i not in self.known]
         costs = {}
         step = self.chunk if self.deadline is not None and self.chunk else len(fresh) or 1
         for s in range(0, len(fresh), step):
             part = fresh[s:s + step]
             if s and len(self.visited) + s >= self.min_trials and \
-                    self._fits(self.deadline - time.monotonic()) < len(part):
-                fresh = fresh[:s]                  # the rest would run past the deadline
+                    self._fits(self._end() - time.monotonic()) < len(part):
                 take = [i for i in take if i in self.known or i in costs]
                 break
             t0 = time.monotonic()
@@ -125,9 +153,7 @@ class Evaluator:
             c = math.inf if c is None or c != c else float(c)
             self.visited[i] = c
             self.trace.append(min(self.trace[-1], c) if self.trace else c)
-        if len(take) < len(new):
-            raise Exhausted()
-        return [self.visited[i] for i in indices]
+        return take
 
     def _fits(self, seconds):
         return (self.own if self.own.count else self.pace).fits(seconds)
@@ -137,7 +163,7 @@ class Evaluator:
         points are free); never below what min_trials still needs."""
         if self.deadline is None or self.pace is None:
             return take
-        room = max(self._fits(self.deadline - time.monotonic()),
+        room = max(self._fits(self._end() - time.monotonic()),
                    self.min_trials - len(self.visited))
         out = []
         for i in take:
