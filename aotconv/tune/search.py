@@ -16,12 +16,15 @@ measurement of each conv a pool or an add may be fused into) and `Clock.final_re
 library (its kernels' source at seconds a byte, the network's runs at its layers' measured
 times); each layer's deadline is recomputed from the clock when the layer starts and
 keeps one measurement (a layer's first measurement's latency, learnt as the build goes) for
-every layer after it; a batch is cut to what fits before the deadline (strategies.base.Pace).
-A layer's first batch is fitted to its deadline at its first measurement's latency, then the
-build's pace (FirstPace). When even the floor (one measurement per layer, the lanes measuring
-side by side, the library and the build's end, and the fusion searches' minimum where the
-budget leaves room for it: a late build leaves them out) cannot fit, the build says so before
-anything is measured, and again as soon as the layers measured show it (once in all).
+every layer after it; a batch is cut to what fits before the deadline, and the rest of it
+fitted again at the pace the cut part showed (strategies.base.Pace, Evaluator). A layer's
+first batch is fitted to its deadline at its first measurement's latency, then the build's
+pace (FirstPace), and a first measurement later than that latency moves the deadline by as
+much: the layer's share of the time is what it has after that measurement. When even the floor
+(one measurement per layer, the lanes measuring side by side, the library and the build's end,
+and the fusion searches' minimum where the budget leaves room for it: a late build leaves them
+out) cannot fit, the build says so before anything is measured, and again as soon as the
+layers measured show it (once in all).
 
 Before its strategy runs, a layer measures its fallbacks and the best points of similar layers
 in the records (strategies.seeding: nearest op signatures of the same op on the same device),
@@ -791,9 +794,9 @@ class Grants:
     finishes, so the total never exceeds the budget (each layer still gets at least its
     fallback). seconds: the clock's search time left, times the lanes, less what the running
     layers' deadlines still hold and one measurement (`clock.latency(layer)`) for each layer
-    not started, is shared the same way on top of the layer's own measurement, and no deadline
-    passes the clock's (with one lane: the clock's time left). default: up to DEFAULT_TRIALS
-    per layer."""
+    not started, is shared the same way on top of the layer's own measurement (a later one
+    moves the deadline: FirstPace.moved), and no deadline passes the clock's (with one lane:
+    the clock's time left). default: up to DEFAULT_TRIALS per layer."""
 
     def __init__(self, budget, weights, sizes, clock=None, lanes=1, layers=None):
         self.budget, self.weights, self.sizes = budget, list(weights), list(sizes)
