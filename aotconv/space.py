@@ -217,7 +217,32 @@ def restrict(space, where):
                           for n, w in where.items())
         raise AotconvError(f"layer '{space.layer.name}': no valid point of {named} (--where); "
                            f"see `aotconv space` for the values its constraints allow")
-    return LayerSpace(space.layer, space.target, parts, space.unsupported)
+    return LayerSpace(space.layer, space.target, parts, space.unsupported,
+                      {**(space.where or {}), **where})
+
+
+def projected(space, variant, cfg):
+    """The point of the narrowed `space` nearest a recorded point `cfg` of `variant` that lies
+    outside it: each knob that `--where` narrowed and whose value it does not list takes the
+    first value listed, the other knobs keep theirs. None where the space was not narrowed, the
+    variant is not searched, or that point breaks a constraint (it is not in the space). Under
+    `--where conv_mma_f16:EPI=1`, a layer's fastest EPI=0 records become the same points with
+    EPI=1: what a search restricted to a new knob value should measure first."""
+    wanted = (space.where or {}).get(variant)
+    part = next((p for p in space.parts if p.variant.name == variant), None)
+    if not wanted or part is None:
+        return None
+    values = {k.name: k.values for k in part.knobs}
+    items = []
+    for name, v in cfg.items:
+        listed = wanted.get(name)
+        if listed and str(v) not in listed:
+            v = next((x for x in values.get(name, ()) if str(x) == listed[0]), None)
+            if v is None:
+                return None
+        items.append((name, v))
+    out = Config(tuple(items))
+    return out if out != cfg and out in part.members else None
 
 
 def restrict_layouts(space, read, write):
@@ -252,7 +277,7 @@ def restrict_layouts(space, read, write):
                                       p.alone, p.errors, p.enumerated))
     if not parts:
         return space
-    return LayerSpace(space.layer, space.target, parts, space.unsupported)
+    return LayerSpace(space.layer, space.target, parts, space.unsupported, space.where)
 
 
 def _where_points(part, wanted):
@@ -276,6 +301,7 @@ class LayerSpace:
     target: object
     parts: list                     # VariantSpace per supporting variant
     unsupported: list               # (variant name, reason)
+    where: dict = None              # the --where it was narrowed by (restrict), else None
 
     @property
     def candidates(self):

@@ -65,3 +65,47 @@ def test_wide_never_goes_past_the_trials_left():
     Ev.remaining = 2
     assert wide(Ev, 4) == 4          # never below the batch: the evaluator cuts it itself
     assert wide(object(), 4) == 4
+
+
+def test_tune_layer_shares_the_measurers_capacity_among_the_running_searches(tmp_path):
+    """A measurer with room for 12 in flight: a search alone proposes 12 at once, one beside
+    another running search 6; the count drops back when the search ends."""
+    from aotconv.space import layer_space
+    from aotconv.spec import network_from_dict
+    from aotconv.targets import get_target
+    from aotconv.tune.measure import MeasurerBase, Outcome, Status
+    from aotconv.tune.records import Store
+    from aotconv.tune.search import Lanes, tune_layer
+
+    pocl = get_target("pocl-cpu")
+    layer = network_from_dict({"name": "s", "input": [1, 64, 16, 16], "layers": [
+        {"name": "c", "op": "conv", "out": 64, "kernel": 3, "pad": 1}]}).layers[0]
+    space = layer_space(layer, pocl)
+
+    class Wide(MeasurerBase):
+        capacity = 12
+
+        def __init__(self):
+            self.calls = []
+
+        def measure(self, layer, candidates, variants=None, on_outcome=None):
+            self.calls.append(len(candidates))
+            out = []
+            for c in candidates:
+                o = Outcome(Status.OK, time_ms=1.0 + len(str(c)) % 7, times=(1.0,))
+                out.append(o)
+                on_outcome and on_outcome(c, o)
+            return out
+
+    def batches(lane):
+        m = Wide()
+        tune_layer(space, pocl, m, Store(write=[tmp_path / f"{id(m)}.jsonl"]), None,
+                   strategy="model", trials=60, lane=lane)
+        return m.calls
+
+    alone = batches(None)
+    assert max(alone[2:-1]) == 12, alone           # after the seeds and the random start
+    lane = Lanes(2)
+    lane.active = 1                                # another search is running
+    beside = batches(lane)
+    assert max(beside[2:-1]) == 6 and lane.active == 1, beside

@@ -694,6 +694,11 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     again = [c for c in fastest(known, price, recheck) if c in grid.index]
     for c in again:
         del known_costs[grid.index[c]]
+    if space.where:
+        # narrowed by --where: the fastest records outside it, projected onto it (a knob value
+        # tried first where the records know the rest of the point is fast)
+        with guard:
+            again += twins(space, store, keys, price, recheck, set(again) | set(known))
     # The best points of similar layers in the records come right after the layer's own
     # fallback: under a tight deadline a batch is cut to its first few, and a guided build's
     # seeds beat the other variants' defaults (ResNet-50 b1 guided for 90 s on an H100: its
@@ -715,7 +720,15 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
                    known=known_costs, min_trials=1 if deadline is not None else len(seeds),
                    pace=pace, hints=hints,
                    chunk=getattr(measurer, "slots", None))
+    # the measurer's room in flight, shared by the searches running now: a search left alone
+    # proposes batches that wide (strategies.model.wide)
+    capacity = max(1, int(getattr(measurer, "capacity", 1) or 1))
+    ev.width = (lambda: capacity // max(1, lane.active)) if lane is not None else \
+        (lambda: capacity)
     rng = np.random.default_rng([seed, zlib.crc32(layer.signature_str().encode())])
+    if lane is not None:
+        with guard:
+            lane.active += 1
     if len(grid):
         try:
             ev(seed_idx)
@@ -724,6 +737,13 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
             from .strategies import Exhausted
             if not isinstance(e, Exhausted):
                 raise
+        finally:
+            if lane is not None:
+                with guard:
+                    lane.active -= 1
+    elif lane is not None:
+        with guard:
+            lane.active -= 1
         if again:
             _recheck(outcomes, timed, price, recheck, grid, measure, deadline,
                      done=sum(1 for c in known if c in timed))
@@ -732,6 +752,31 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     return LayerResult(layers, space, best, outcomes.get(best), outcomes, fb,
                        new=state["new"], trials=ev.trials, seconds=time.monotonic() - t0,
                        strategy=strategy, trace=list(ev.trace), runner_s=runner_s)
+
+
+def twins(space, store, keys, price, k, exclude=()):
+    """Up to `k` Candidates of the narrowed `space` (space.where): the layer's fastest correct
+    records that lie outside it, each projected onto it (space.projected), fastest first,
+    without repeats or `exclude`."""
+    from ..space import projected
+    outside = {}
+    for p in space.parts:
+        if p.variant.name not in (space.where or {}):
+            continue
+        members = p.members
+        for cfg, o in store.lookup(keys[p.variant.name]).items():
+            if o.ok and cfg not in members:
+                outside[Candidate(p.variant.name, cfg)] = o
+    out = []
+    for c in fastest(outside, price, len(outside)):
+        t = projected(space, c.variant, c.cfg)
+        if t is not None:
+            t = Candidate(c.variant, t)
+            if t not in exclude and t not in out:
+                out.append(t)
+                if len(out) >= k:
+                    break
+    return out
 
 
 def fastest(outcomes, price, k):
@@ -860,6 +905,7 @@ class Lanes:
         self.lock = threading.RLock()
         self.stop = threading.Event()
         self.interrupted = False
+        self.active = 0                 # searches running now (they share the measurer)
 
 
 def lanes_for(measurer, lanes=None, layers=None):
