@@ -338,6 +338,27 @@ def counts(once_ms, opts):
     return warmup, repeats
 
 
+# a whole network's run: warm-up and timed runs of at least these wall times, so that a
+# sub-millisecond network (MobileNetV2 b1 on an H100: 0.3 ms) is not timed from a handle five
+# runs old, its device and host still leaving their idle states
+E2E_WARM_MS = 300.0
+E2E_TOTAL_MS = 300.0
+E2E_MAX_RUNS = 2000
+
+
+def e2e_counts(once_ms, opts):
+    """(warm-up, repeats) for a whole network whose single run took `once_ms`: those of
+    counts(), raised where they add up to less than E2E_WARM_MS and E2E_TOTAL_MS (at most
+    E2E_MAX_RUNS each, and at most what --max-measure-s allows). Ours and PyTorch's ways are
+    timed by the same rule."""
+    warmup, repeats = counts(once_ms, opts)
+    once = max(once_ms, 1e-3)
+    most = min(E2E_MAX_RUNS, int(opts.max_measure_s * 1e3 / once))   # --max-measure-s holds
+    warmup = max(warmup, min(most, math.ceil(E2E_WARM_MS / once)))
+    repeats = max(repeats, min(most, math.ceil(E2E_TOTAL_MS / once)))
+    return warmup, repeats
+
+
 def repeats_for_total(once_ms, min_total_ms, lo, hi):
     """Repeats adding up to about `min_total_ms`, between `lo` and `hi` (the tuner's policy:
     its warm-up is one launch on every copy)."""

@@ -22,7 +22,7 @@ from devices import pocl_present
 
 pytestmark = pytest.mark.skipif(not pocl_present(), reason="no PoCL device")
 
-OPTS = argparse.Namespace(repeats=3, warmup=1, max_measure_s=1.0)
+OPTS = argparse.Namespace(repeats=3, warmup=1, max_measure_s=0.05)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_the_child_gives_the_in_process_figures_without_torch(lenet5, tmp_path, 
             "run_pinned_noprof_ms"} <= set(own)
     assert own["process"] == "own" and here["process"] == "bench"
     assert own["torch_loaded"] is False and here["torch_loaded"] is True
-    assert own["launches"] == here["launches"] > 0 and len(own["run_times"]) == 3
+    assert own["launches"] == here["launches"] > 0 and len(own["run_times"]) >= 3
     assert own["run_ms"] > 0 and own["kernels_ms"] > 0 and own["run_pinned_noprof_ms"] > 0
     assert y_own.dtype == np.float32 and y_own.shape == y_here.shape
     want = run_network(net, x, params_mod.split(net, flat))[0]

@@ -253,3 +253,17 @@ def test_a_program_is_loaded_from_its_binary_else_built_from_the_source():
     with pytest.raises(KernelBuildError):
         protocol.build(dev.ctx, dev.device, "not OpenCL", opts, binary=b"not a binary",
                        name="nonsense")
+
+
+def test_a_whole_network_is_warmed_and_timed_for_a_stated_wall_time():
+    from types import SimpleNamespace
+    from aotconv.protocol import E2E_TOTAL_MS, E2E_WARM_MS, counts, e2e_counts
+    opts = SimpleNamespace(repeats=30, warmup=5, max_measure_s=3.0)
+    # a 0.3-ms network: five warm-up runs were 1.5 ms; now at least E2E_WARM_MS of them
+    w, r = e2e_counts(0.3, opts)
+    assert w * 0.3 >= E2E_WARM_MS and r * 0.3 >= E2E_TOTAL_MS
+    assert (w, r) != counts(0.3, opts)
+    # a slow network keeps the bench's counts, and --max-measure-s still bounds the runs
+    assert e2e_counts(400.0, opts) == counts(400.0, opts)
+    w, r = e2e_counts(0.3, SimpleNamespace(repeats=30, warmup=5, max_measure_s=0.05))
+    assert w * 0.3 <= 50 + 0.3 * 5 and r * 0.3 <= 50 + 0.3 * 30

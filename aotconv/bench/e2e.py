@@ -5,7 +5,7 @@ The library is timed first, in a process of its own (aotconv.bench.library_timin
 application runs it, without PyTorch; --ours-in-process: in this one), then PyTorch in this
 process.
 
-The repeat counts follow the protocol's policy for the bench (aotconv.protocol.counts); the
+The repeat counts follow the protocol's policy for the bench (aotconv.protocol.e2e_counts); the
 outputs are compared with the hybrid tolerance before anything is timed.
 
 `--precision tf32|fp16` builds the library in that precision and runs PyTorch in the same
@@ -25,7 +25,7 @@ from .. import spec, torch_model
 from ..compiler import compile_network
 from ..harness import close
 from ..ops import flops
-from ..protocol import TOLERANCE, counts
+from ..protocol import TOLERANCE, e2e_counts
 from ..reference import run_network
 from .library_timing import in_bench_process, in_own_process
 from .refs.torch_ref import Precision, Timer, sync, torch
@@ -167,7 +167,7 @@ def torch_e2e(net0, flat, x, device, opts, precision="fp32"):
             y = model(xd)
             ys = [v.float().cpu().numpy() for v in (y if isinstance(y, list) else [y])]
             timer = Timer(device)
-            warmup, repeats = counts(timer(lambda: model(xd)), opts)
+            warmup, repeats = e2e_counts(timer(lambda: model(xd)), opts)
             for _ in range(warmup):
                 model(xd)
             sync(device)

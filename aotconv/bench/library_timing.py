@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..protocol import counts
+from ..protocol import e2e_counts
 from ..runtime import load
 from .report import failure, rounded
 
@@ -45,7 +45,7 @@ MODULE = "aotconv.bench.library_timing"
 
 def time_library(build_dir, flat, x, opts, on_first=None):
     """Time the library in `build_dir` on the parameters `flat` and the input `x`, with the
-    warm-up and repeats of protocol.counts(first timing, opts) (opts: repeats, warmup,
+    warm-up and repeats of protocol.e2e_counts(first timing, opts) (opts: repeats, warmup,
     max_measure_s). Returns (ours, y): ours holds run_ms, kernels_ms, run_times, launches,
     run_pinned_ms (or run_pinned_error) and run_pinned_noprof_ms (or ..._error), or what was
     measured and {error, where} once something failed; y is the first run's output (None
@@ -62,7 +62,7 @@ def time_library(build_dir, flat, x, opts, on_first=None):
             once_ms = (time.perf_counter() - t1) * 1e3
             if on_first is not None:
                 on_first(once_ms, load_s)
-            warmup, repeats = counts(once_ms, opts)
+            warmup, repeats = e2e_counts(once_ms, opts)
             for _ in range(warmup):
                 lib(x)
             walls, sums = [], []
@@ -251,7 +251,7 @@ def main(argv=None):
     def first(once_ms, load_s):
         # the parent's time limit: the runs left (about three times warm-up and repeats) and
         # a second handle's load
-        warmup, repeats = counts(once_ms, opts)
+        warmup, repeats = e2e_counts(once_ms, opts)
         rest_s = (3 * (warmup + repeats) + 2) * once_ms / 1e3 + load_s
         print(MARK + json.dumps({"once_ms": once_ms, "load_s": load_s, "rest_s": rest_s}),
               flush=True)
