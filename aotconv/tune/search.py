@@ -729,24 +729,22 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     if lane is not None:
         with guard:
             lane.active += 1
-    if len(grid):
-        try:
-            ev(seed_idx)
-            run_strategy(strategy, grid, ev, rng)
-        except Exception as e:
-            from .strategies import Exhausted
-            if not isinstance(e, Exhausted):
-                raise
-        finally:
-            if lane is not None:
-                with guard:
-                    lane.active -= 1
-    elif lane is not None:
-        with guard:
-            lane.active -= 1
-        if again:
-            _recheck(outcomes, timed, price, recheck, grid, measure, deadline,
-                     done=sum(1 for c in known if c in timed))
+    try:
+        if len(grid):
+            try:
+                ev(seed_idx)
+                run_strategy(strategy, grid, ev, rng)
+            except Exception as e:
+                from .strategies import Exhausted
+                if not isinstance(e, Exhausted):
+                    raise
+            if again:
+                _recheck(outcomes, timed, price, recheck, grid, measure, deadline,
+                         done=sum(1 for c in known if c in timed))
+    finally:
+        if lane is not None:
+            with guard:
+                lane.active -= 1
     valid = [(price(c, o), c) for c, o in outcomes.items() if o.ok]
     best = min(valid, key=lambda x: (x[0], str(x[1])))[1] if valid else None
     return LayerResult(layers, space, best, outcomes.get(best), outcomes, fb,
