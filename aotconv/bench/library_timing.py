@@ -219,7 +219,7 @@ def _stopped(t0):
 
 
 def _kill(proc):
-    """The child and whatever it started (its own session) killed, and reaped."""
+    """The child and whatever it started (its own process group) killed, and reaped."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
