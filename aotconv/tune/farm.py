@@ -308,6 +308,7 @@ class Farm(MeasurerBase):
         # in flight at once before candidates queue: a compile per CPU of the cluster (the
         # dispatcher's window) where compiles overlap the runs; else the slots
         self.capacity = max(self.slots, self.cpus) if self.overlap else self.slots
+        self.streams = self.overlap
         others = n - len(use)
         self.say(f"aotconv: farm: {len(use)} {self.device['name']} device"
                  f"{'s' if len(use) > 1 else ''} of target {self.profile.name} on "

@@ -435,11 +435,15 @@ class MeasurerBase(Closeable):
     how many layer searches should call measure at once (from threads of their own) to keep
     it busy; measure must be safe to call so. `capacity`: how many candidates it can have in
     flight at once before they queue (its compile processes): the searches running at once
-    share it, and a search running alone proposes batches that wide (strategies.model)."""
+    share it, and a search running alone proposes batches that wide (strategies.model).
+    `streams`: whether a search may keep candidates in flight while it proposes more
+    (strategies.base, Streaming): where compiles overlap the runs; a CPU device, which
+    compiles a batch and then times it on the same cores, measures batch after batch."""
 
     target = None
     slots = 1
     capacity = 1
+    streams = False
     lanes = 1                  # layer searches it serves best at once (tune.search lanes)
 
     def measure(self, layer, candidates, variants=None, on_outcome=None):
@@ -510,6 +514,7 @@ class Measurer(MeasurerBase):
         self._nbuilders = self.jobs if self.jobs >= 2 else 0
         self.slots = max(1, self._nbuilders)     # candidates compiled at the same time
         self.capacity = self.slots
+        self.streams = self.overlap
         self.lanes = 2 if self.overlap else 1
         self._pool = None
         self._lock = threading.Lock()             # the pool's start, build_seconds

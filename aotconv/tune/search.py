@@ -633,7 +633,10 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     started = time.monotonic()
     layer = space.layer
     layers = layers or [layer]
-    guard = lane.lock if lane is not None else contextlib.nullcontext()
+    # a streaming search's outcomes arrive on threads of their own: one lock for what they touch
+    streams = bool(getattr(measurer, "streams", False))
+    guard = lane.lock if lane is not None else \
+        (threading.RLock() if streams else contextlib.nullcontext())
     variants = {p.variant.name: p.variant for p in space.parts}
     keys = {p.variant.name: Key(layer, p.variant, target, device) for p in space.parts}
     fb = fallback_candidate(layer, target, space)
@@ -657,7 +660,7 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
                 clock.measured(layer, now - started)
                 if pace is not None:
                     pace.came(now - state["at"])
-            if state["at"] is not None and state["new"]:
+            if state["at"] is not None and state["new"] and not ev.streaming:
                 # a CPU device's measurer compiles a batch, then runs it one by one: the time
                 # since the previous outcome is this one's run, less its repeats (and the
                 # batch's compile for its first); not the layer's first, whose run also made
@@ -725,6 +728,9 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
     capacity = max(1, int(getattr(measurer, "capacity", 1) or 1))
     ev.width = (lambda: capacity // max(1, lane.active)) if lane is not None else \
         (lambda: capacity)
+    # where the measurer overlaps compiles with runs, the strategy may keep its candidates in
+    # flight while it proposes more (strategies.base, Streaming)
+    ev.can_stream = streams
     rng = np.random.default_rng([seed, zlib.crc32(layer.signature_str().encode())])
     if lane is not None:
         with guard:
@@ -734,10 +740,12 @@ def tune_layer(space, target, measurer, store, device, strategy=DEFAULT, trials=
             try:
                 ev(seed_idx)
                 run_strategy(strategy, grid, ev, rng)
+                ev.drain()                  # what is still in flight is measured and kept
             except Exception as e:
                 from .strategies import Exhausted
                 if not isinstance(e, Exhausted):
                     raise
+                ev.drain()
             if again:
                 _recheck(outcomes, timed, price, recheck, grid, measure, deadline,
                          done=sum(1 for c in known if c in timed))

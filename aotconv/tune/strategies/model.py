@@ -22,6 +22,11 @@ running searches): a search left alone at the end of a build, or on a farm of ma
 proposes that many at once instead of a chain of batches of `batch`, each waiting for its
 slowest compile. The picks beyond `batch` come from the same `batch` bootstrap fits, each fit's
 next-best untried point in turn, so a wide batch costs no more fitting than a narrow one.
+
+Streaming (`stream=1`, the default, where the measurer overlaps compiles with runs: base.py):
+the first proposal fills the width; after that the model is fitted again each time `batch`
+results have come back, and proposes for the slots that came free plus `batch` picks queued for
+the slots the next results free, leaving out the points still in flight. `stream=0` measures batch after batch, each waiting for its slowest.
 """
 import math
 
@@ -135,12 +140,16 @@ def wide(evaluate, batch):
     return max(batch, min(n, left)) if isinstance(left, int) else n
 
 
-def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1, prior=6.0):
+def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1, prior=6.0,
+           stream=1):
     """`prior`: how many of this layer's own measurements the records of similar layers
     (evaluate.hints, seeding.Hints) count for together (0 turns them off), so they guide the
     first picks and fade as this layer's own measurements accumulate; with them, half of the
-    first `init` picks follow the prior's ranking instead of being random."""
+    first `init` picks follow the prior's ranking instead of being random. `stream`: 1 measures
+    as a stream where the evaluator can (module docstring), 0 batch after batch."""
     n = len(grid)
+    if stream and callable(getattr(evaluate, "stream", None)):
+        evaluate.stream(batch)
     hints = getattr(evaluate, "hints", None)
     use_prior = prior > 0 and hints is not None and hints.has_prior
     if use_prior:
@@ -177,8 +186,14 @@ def search(grid, evaluate, rng, batch=4, init=None, ridge=3.0, explore=0.1, prio
         ok = np.isfinite(cost) & (cost > 0)
         free = np.ones(n, dtype=bool)
         free[seen] = False
+        flying = list(getattr(evaluate, "pending", None) or ())
+        free[flying] = False
         picks = []
+        # streaming: the slots that came free, and `batch` more queued for the slots the
+        # next results free while the model is fitted again
         width = wide(evaluate, batch)
+        if getattr(evaluate, "streaming", False):
+            width = max(0, width - len(flying)) + batch
         if (ok.sum() < 2 and not use_prior) or X.shape[1] == 0 or not ok.any():
             cand = np.nonzero(free)[0]
             picks = [int(i) for i in rng.choice(cand, size=min(width, len(cand)), replace=False)]
