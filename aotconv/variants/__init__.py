@@ -30,6 +30,7 @@ from .conv_winograd import ConvWinograd
 from .conv_mma import ConvMma
 from .conv_mma_f16 import ConvMmaF16
 from .conv_mma_f16_nhwc import ConvMmaF16Nhwc
+from .conv_mma_tf32_nhwc import ConvMmaTf32Nhwc
 from .dense_gemv import DenseGemv
 from .dense_gemm import DenseGemm
 from .scale import ScaleDirect
@@ -65,6 +66,7 @@ VARIANTS = [
     ConvMma(),                  # TF32 tensor cores: tf32 builds only (aotconv.precision)
     ConvMmaF16(),               # f16 tensor cores on half storage: fp16 builds only
     ConvMmaF16Nhwc(),           # ... channels last (NHWC in and out)
+    ConvMmaTf32Nhwc(),          # TF32 tensor cores channels last: tf32 builds only
     DenseGemv(),
     DenseGemm(),
     ScaleDirect(),
