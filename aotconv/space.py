@@ -14,9 +14,10 @@ without visiting the product's points one by one, and holds the survivors as `Po
 coordinate per dimension ("variant" plus the union of the knobs, -1 where a variant lacks a
 knob), Hamming neighbours and the nearest valid point.
 """
-from collections.abc import Mapping, MutableSequence
+from collections.abc import Mapping, MutableSequence, Sequence
 from dataclasses import dataclass, field
 import bisect
+import contextlib
 import math
 import operator
 
@@ -321,17 +322,26 @@ class LayerSpace:
         return Grid(self.candidates)
 
 
-def layer_space(layer, target, variants=None, explain=False):
-    """The spaces of every variant that supports `layer` (or of `variants`, when given);
-    explain=True also counts every constraint's violations (`aotconv space`)."""
+def supporting(layer, target, variants=None):
+    """(the variants of `variants`, default every active one, that may search `layer` under
+    `target`, [(variant name, why not)] of the others that name its op (all of `variants`'
+    others, when given)): what `layer_space` enumerates, found without enumerating."""
     parts, unsupported = [], []
     for v in (active() if variants is None else variants):
         why = v.supports(layer) or precision_reason(v, target)
         if why is None:
-            parts.append(variant_space(layer, v, target, explain))
+            parts.append(v)
         elif variants is not None or layer.op in v.ops:
             unsupported.append((v.name, why))
-    return LayerSpace(layer, target, parts, unsupported)
+    return parts, unsupported
+
+
+def layer_space(layer, target, variants=None, explain=False):
+    """The spaces of every variant that supports `layer` (or of `variants`, when given);
+    explain=True also counts every constraint's violations (`aotconv space`)."""
+    vs, unsupported = supporting(layer, target, variants)
+    return LayerSpace(layer, target, [variant_space(layer, v, target, explain) for v in vs],
+                      unsupported)
 
 
 def enumerate_plain(layers, target):
@@ -347,70 +357,215 @@ def enumerate_plain(layers, target):
     return out
 
 
+def _rebuilt(layer, target, plain):
+    """The LayerSpace of `layer` from enumerate_plain's data of it."""
+    from .variants import BY_NAME
+    parts, unsupported = plain
+    vs = []
+    for name, total, flat, first, errors in parts:
+        v = BY_NAME[name]
+        knobs = list(v.knobs(layer, target))
+        pts = (Points(knobs, flat) if isinstance(flat, np.ndarray)
+               else [Config(items) for items in flat])
+        vs.append(VariantSpace(v, knobs, total, pts, constraints_of(v, target), first, {},
+                               errors))
+    return LayerSpace(layer, target, vs, unsupported)
+
+
 # below this many layers the worker processes' start-up (importing numpy and aotconv, about a
 # second each) costs more than it saves
 PARALLEL_MIN_LAYERS = 4
 
 
-def layer_spaces(layers, target, jobs=None):
-    """[LayerSpace] of several layers, the same as [layer_space(l, target) for l in layers],
-    enumerated by `jobs` worker processes (default: one per core) when there are enough
-    layers: the big spaces take seconds each, a 43-layer set minutes on one core. The
-    workers are fresh interpreters (`python -m aotconv._space_worker`), so the caller's script
-    is never re-imported; if they fail, the enumeration runs here."""
+def layer_spaces(layers, target, jobs=None, gate=None):
+    """The spaces of several layers, the same as [layer_space(l, target) for l in layers], as a
+    `Spaces` sequence that enumerates them while its caller goes on: `spaces[i]` waits for
+    layer i's alone. With enough layers `jobs` worker processes (default: one per core) take
+    the layers one at a time in their order, the first layers first (the big spaces take
+    seconds each, a 43-layer set minutes on one core); with fewer, a layer is enumerated here
+    when it is first asked for. The workers are fresh interpreters (`python -m
+    aotconv._space_worker`), so the caller's script is never re-imported; if they fail, the
+    layers they left are enumerated here. `gate`: see Spaces."""
     import os
+    layers = list(layers)
     jobs = min(jobs or os.cpu_count() or 1, len(layers))
     if jobs <= 1 or len(layers) < PARALLEL_MIN_LAYERS:
-        return [layer_space(l, target) for l in layers]
-    try:
-        done = _enumerate_in_workers(layers, target, jobs)
-    except Exception as e:                       # the workers are an optimisation only
-        import warnings
-        warnings.warn(f"parallel space enumeration failed ({type(e).__name__}: {e}); "
-                      f"enumerating in this process")
-        return [layer_space(l, target) for l in layers]
-    from .variants import BY_NAME
-    out = []
-    for layer, (parts, unsupported) in zip(layers, done):
-        vs = []
-        for name, total, flat, first, errors in parts:
-            v = BY_NAME[name]
-            knobs = list(v.knobs(layer, target))
-            pts = (Points(knobs, flat) if isinstance(flat, np.ndarray)
-                   else [Config(items) for items in flat])
-            vs.append(VariantSpace(v, knobs, total, pts,
-                                   constraints_of(v, target), first, {}, errors))
-        out.append(LayerSpace(layer, target, vs, unsupported))
-    return out
+        jobs = 0
+    return Spaces(layers, target, jobs, gate)
 
 
-def _enumerate_in_workers(layers, target, jobs):
-    import os
-    import pickle
-    import subprocess
-    import sys
-    from concurrent.futures import ThreadPoolExecutor
-    from pathlib import Path
-    chunks = [list(range(i, len(layers), jobs)) for i in range(jobs)]
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)      # where `aotconv` is importable
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+class Spaces(Sequence):
+    """The pruned spaces of `layers`, enumerated by `jobs` worker processes (0: here, each
+    when first asked for) while the caller goes on. Layers are handed to the workers one at a
+    time in order (a layer asked for that no worker has taken yet goes next), so the first
+    layers' spaces come first and a search may start on them while the rest are enumerated.
 
-    def one(idx):
-        r = subprocess.run([sys.executable, "-m", "aotconv._space_worker"],
-                           input=pickle.dumps(([layers[i] for i in idx], target)),
-                           capture_output=True, env=env, check=False)
-        if r.returncode != 0:
-            last = r.stderr.decode(errors="replace").strip().splitlines()[-1:]
-            raise RuntimeError(last[0] if last else f"exit status {r.returncode}")
-        return pickle.loads(r.stdout)
+    `gate`: a callable whose context a worker holds while it enumerates a layer (default
+    none): a CPU device's measurer keeps its timings apart from it, as from its compiles.
+    `seconds(i)`: what layer i's enumeration took, in its worker. `close()` stops the
+    workers; a sequence read to its end needs none (they end with their last layer)."""
 
-    done = [None] * len(layers)
-    with ThreadPoolExecutor(jobs) as ex:
-        for idx, res in zip(chunks, ex.map(one, chunks)):
-            for i, r in zip(idx, res):
-                done[i] = r
-    return done
+    def __init__(self, layers, target, jobs=0, gate=None):
+        import threading
+        self.layers, self.target = list(layers), target
+        self.jobs = jobs
+        self.gate = gate or contextlib.nullcontext
+        self._done = {}                  # index -> LayerSpace (rebuilt) or plain data
+        self._seconds = {}               # index -> seconds of its enumeration
+        self._todo = list(range(len(self.layers)))
+        self._cv = threading.Condition()
+        self._live = jobs                # workers not failed
+        self._failure = None             # the first worker's failure, as text
+        self._warned = False
+        self._closed = False
+        self._procs = []
+        for k in range(jobs):
+            threading.Thread(target=self._work, daemon=True,
+                             name=f"aotconv-space-{k}").start()
+
+    @classmethod
+    def of(cls, spaces, seconds=0.0):
+        """Spaces already enumerated, `seconds` in all (shared evenly among them)."""
+        out = cls([sp.layer for sp in spaces], None, 0)
+        out._done = dict(enumerate(spaces))
+        out._seconds = {i: seconds / max(1, len(spaces)) for i in range(len(spaces))}
+        out._todo = []
+        return out
+
+    def __len__(self):
+        return len(self.layers)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        with self._cv:
+            if i in self._todo:          # asked for before a worker took it: it goes next
+                self._todo.remove(i)
+                self._todo.insert(0, i)
+            while i not in self._done and self._live > 0 and not self._closed:
+                self._cv.wait()
+            got = self._done.get(i)
+            here = got is None
+            if here and self._live <= 0 and self._failure and not self._warned:
+                self._warned = True
+                import warnings
+                warnings.warn(f"parallel space enumeration failed ({self._failure}); "
+                              f"enumerating the rest in this process")
+            if here and i in self._todo:
+                self._todo.remove(i)
+        if here:                         # no workers (or none left): enumerate it here
+            import time
+            with self.gate():
+                t0 = time.perf_counter()
+                got = layer_space(self.layers[i], self.target)
+                took = time.perf_counter() - t0
+            with self._cv:
+                self._done[i], self._seconds[i] = got, took
+                self._cv.notify_all()
+        elif not isinstance(got, LayerSpace):
+            got = _rebuilt(self.layers[i], self.target, got)
+            with self._cv:
+                self._done[i] = got
+        return got
+
+    def ready(self, i):
+        """Whether layer i's space is there (reading it will not wait)."""
+        with self._cv:
+            return i in self._done
+
+    def seconds(self, i):
+        """Seconds layer i's enumeration took (None before it is done)."""
+        with self._cv:
+            return self._seconds.get(i)
+
+    @property
+    def pending(self):
+        """The layers not enumerated yet."""
+        with self._cv:
+            return [i for i in range(len(self.layers)) if i not in self._done]
+
+    def close(self):
+        """Stop the workers (the layers not enumerated yet are, if asked for, here)."""
+        with self._cv:
+            self._closed = True
+            self._todo = []
+            procs, self._procs = self._procs, []
+            self._cv.notify_all()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+    def _next(self):
+        with self._cv:
+            return None if self._closed or not self._todo else self._todo.pop(0)
+
+    def _work(self):
+        """One worker process's thread: hand it the next layer, wait for its space, again."""
+        import os
+        import pickle
+        import subprocess
+        import sys
+        import tempfile
+        import time
+        from pathlib import Path
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parent.parent)      # where `aotconv` is importable
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                    else "")
+        i, proc = None, None
+        with tempfile.TemporaryFile() as err:
+            try:
+                i = self._next()
+                if i is None:
+                    return
+                proc = subprocess.Popen([sys.executable, "-m", "aotconv._space_worker"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=err, env=env)
+                with self._cv:
+                    if self._closed:
+                        proc.kill()
+                        proc.wait()
+                        return
+                    self._procs.append(proc)
+                pickle.dump(self.target, proc.stdin)
+                while i is not None:
+                    with self.gate():
+                        t0 = time.monotonic()
+                        pickle.dump(self.layers[i], proc.stdin)
+                        proc.stdin.flush()
+                        plain, took = pickle.load(proc.stdout)
+                    with self._cv:
+                        self._done[i] = plain
+                        # the worker's own time where it tells it; its wall time here
+                        self._seconds[i] = took if took is not None else time.monotonic() - t0
+                        self._cv.notify_all()
+                    i = self._next()
+                proc.stdin.close()
+                proc.wait()
+            except Exception as e:       # the workers are an optimisation only
+                if proc is not None:
+                    proc.kill()
+                    proc.wait()
+                    err.seek(0)
+                    last = err.read().decode(errors="replace").strip().splitlines()[-1:]
+                    why = last[0] if last else f"exit status {proc.returncode}"
+                else:
+                    why = f"{type(e).__name__}: {e}"
+                with self._cv:
+                    if i is not None and i not in self._done and not self._closed:
+                        self._todo.insert(0, i)          # another worker, or the caller
+                    if not self._closed:
+                        self._failure = self._failure or why
+            finally:
+                with self._cv:
+                    if proc in self._procs:
+                        self._procs.remove(proc)
+                    self._live -= 1          # a caller waiting on no worker enumerates here
+                    self._cv.notify_all()
 
 
 def report(space, exact=True):

@@ -49,6 +49,7 @@ record store, the seeding library, the clock and the progress events are touched
 lock (`Lanes.lock`); results are those of one lane, in network order, except that a layer's
 seeds come from the records of the layers measured before it starts.
 """
+from collections.abc import Sequence
 import contextlib
 from dataclasses import dataclass
 import math
@@ -63,7 +64,7 @@ import numpy as np
 
 from ..buildtime import phase
 from ..errors import AotconvError
-from ..space import layer_space, layer_spaces, Candidate, fallback_point
+from ..space import layer_space, layer_spaces, Candidate, Spaces, fallback_point, supporting
 from ..launch_cost import Pricer
 from .measure import Outcome
 from .records import Key
@@ -277,6 +278,9 @@ class Clock:
         self.spaced = (0, 0)             # and how many (layers, points) they held
         self.searches = 0
         self.follow_up = 0.0             # kept for the searches after the first
+        self.follow_share = 0.0          # FOLLOW_UP of what was left when the first began
+        self.waits = 0.0                 # seconds the first search may still wait for the
+                                         # spaces enumerated beside it (an estimate)
         self.fusable = ([], 0)           # (layers, points) the searches after the first may
                                          # enumerate and measure: the convs that may take a
                                          # pool or an add
@@ -414,7 +418,7 @@ class Clock:
         compiler._time_for). Counting them whatever the room said far more than a late build
         took (VGG-16 at batch 16 on an H100: 177 s said, 62 s taken, its five fusion
         searches left out)."""
-        main = self.elapsed() + self.owed(layers) + self.final_reserve
+        main = self.elapsed() + self.waits + self.owed(layers) + self.final_reserve
         return main + self.follow_ups(main)
 
     def follow_ups(self, main):
@@ -454,9 +458,23 @@ class Clock:
             self.spaces_s, self.spaced = spaces[0], (len(layers), spaces[1])
             self.expected = (sum(self.prior(l) for l in layers) / len(layers) if layers
                              else 0.0)
-            spare = self.left() - self.final_reserve - self.owed(layers)
-            self.follow_up = max(FOLLOW_UP * max(0.0, spare), self.follow_up_min())
+            spare = self.left() - self.waits - self.final_reserve - self.owed(layers)
+            self.follow_share = FOLLOW_UP * max(0.0, spare)
+            self.follow_up = max(self.follow_share, self.follow_up_min())
             self.check(layers, progress)
+
+    def enumerated(self, spaces, fusable, waits=0.0):
+        """The first search's spaces as known now, while they are still being enumerated
+        beside it: `spaces` and `fusable` as begin() takes them (estimates for the layers not
+        enumerated yet, NetworkSpaces), `waits` what the search may still wait for them. The
+        reserve for the searches after it follows the estimate (FOLLOW_UP of what was left
+        when it began, or their minimum at what the spaces now say, whichever is more)."""
+        if self.searches != 1:
+            return
+        self.spaces_s, self.spaced = spaces[0], (self.spaced[0], spaces[1])
+        self.fusable = (list(fusable[0]), fusable[1])
+        self.waits = waits
+        self.follow_up = max(self.follow_share, self.follow_up_min())
 
     def check(self, layers, progress):
         """Warn (once) when the floor, `layers` (Layers) still to measure, is past 1.1 x the
@@ -826,14 +844,129 @@ def unique_layers(layers):
     return list(groups.values())
 
 
-def fusable_convs(groups, spaces):
-    """([layer], points): the unique convs among `groups` whose output a pool or an add reads
-    (the fusion searches may enumerate and measure each fused with it), and their spaces'
-    points."""
+def fusable_index(groups):
+    """The indices of the unique convs among `groups` whose output a pool or an add reads
+    (the fusion searches may enumerate and measure each fused with it)."""
     where = {l.name: i for i, g in enumerate(groups) for l in g}
-    convs = sorted({where[t] for g in groups for l in g if l.op in FUSABLE_OPS
-                    for t in l.inputs if t in where and groups[where[t]][0].op == "conv"})
+    return sorted({where[t] for g in groups for l in g if l.op in FUSABLE_OPS
+                   for t in l.inputs if t in where and groups[where[t]][0].op == "conv"})
+
+
+def fusable_convs(groups, spaces):
+    """([layer], points): the convs of fusable_index and their spaces' points."""
+    convs = fusable_index(groups)
     return [groups[i][0] for i in convs], sum(len(spaces[i].candidates) for i in convs)
+
+
+class NetworkSpaces:
+    """The spaces of a network search's layers (one of each group) while they are enumerated
+    beside it (`space.Spaces`: the first layers first): `spaces[i]` waits for layer i's alone
+    (the build's "spaces" phase counts the wait), narrowed by `where` and `layouts` as
+    tune_network narrows them.
+
+    What the budget needs of every space before a layer starts is estimated from those known
+    by then, and the estimates follow as the others arrive: the seconds a point of space takes
+    to enumerate and the points of a space (the mean of those known, for the fusion searches'
+    reserve: `enumeration`, `fusable`), and how long the search may still wait for the spaces
+    not known yet (`waiting`). A trial budget shares its trials by every layer's size, so it
+    (and a search narrowed by `where`, whose errors name a layer's space) waits for them all
+    before the first layer starts, as when they were enumerated first."""
+
+    def __init__(self, stream, groups, where=None, layouts=None, seconds=0.0):
+        self.stream = stream if isinstance(stream, Spaces) else Spaces.of(list(stream), seconds)
+        self.groups, self.where, self.layouts = groups, where, layouts
+        self._got, self._size = {}, {}
+        self.sizes = _Sizes(self)
+
+    def __len__(self):
+        return len(self.groups)
+
+    def __getitem__(self, i):
+        if i not in self._got:
+            with phase("spaces"):
+                sp = self.stream[i]
+            if self.where:
+                from ..space import restrict
+                sp = restrict(sp, self.where)
+            sig = self.groups[i][0].signature_str()
+            if self.layouts and sig in self.layouts:
+                from ..space import restrict_layouts
+                sp = restrict_layouts(sp, *self.layouts[sig])
+            self._got[i] = sp
+        return self._got[i]
+
+    def size(self, i):
+        """Points of layer i's space (waits for it)."""
+        if i not in self._size:
+            self._size[i] = len(self[i].candidates)
+        return self._size[i]
+
+    def all(self):
+        return [self[i] for i in range(len(self))]
+
+    def known(self):
+        """The layers whose spaces are known now (taken, or there to be taken at once)."""
+        for i in range(len(self)):
+            if i not in self._got and self.stream.ready(i):
+                self[i]
+        return sorted(self._got)
+
+    def _seconds(self, known):
+        """Wall seconds the `known` spaces took, their workers side by side."""
+        return sum(self.stream.seconds(i) or 0.0 for i in known) / max(1, self.stream.jobs)
+
+    def enumeration(self):
+        """(seconds, points) of every layer's space (Clock.begin's `spaces`): those known,
+        and the others at their mean."""
+        known = self.known()
+        if not known:
+            return 0.0, 0
+        scale = len(self) / len(known)
+        return self._seconds(known) * scale, sum(self.size(i) for i in known) * scale
+
+    def fusable(self):
+        """([conv], points) of the convs a pool or an add may be fused into (Clock.begin's
+        `fusable`): the points of those known, the others at the mean of the convs known (of
+        every layer known, where no conv is)."""
+        idx, known = fusable_index(self.groups), self.known()
+        points = sum(self.size(i) for i in idx if i in self._got)
+        unknown = [i for i in idx if i not in self._got]
+        if unknown and known:
+            like = [self.size(i) for i in known if self.groups[i][0].op == "conv"] or \
+                [self.size(i) for i in known]
+            points += len(unknown) * sum(like) / len(like)
+        return [self.groups[i][0] for i in idx], points
+
+    def waiting(self, i, ahead=0.0):
+        """Seconds the search may still wait for the spaces of the layers after `i`: the
+        layers not enumerated yet at the mean time of those that are, over the workers, less
+        `ahead` (layer i's own time, during which the workers go on); enumerated here (no
+        workers), each of them in full when it starts. A bound more than a forecast: most
+        spaces are there before the search reaches them."""
+        known = self.known()
+        pending = [j for j in range(i + 1, len(self)) if j not in self._got]
+        if not pending or not known:
+            return 0.0
+        per = sum(self.stream.seconds(j) or 0.0 for j in known) / len(known)
+        if not self.stream.jobs:
+            return len(pending) * per
+        return max(0.0, len(pending) * per / self.stream.jobs - ahead)
+
+    def close(self):
+        self.stream.close()
+
+
+class _Sizes(Sequence):
+    """Each layer's number of points, read when asked for (Grants' caps)."""
+
+    def __init__(self, spaces):
+        self.spaces = spaces
+
+    def __len__(self):
+        return len(self.spaces)
+
+    def __getitem__(self, i):
+        return self.spaces.size(i)
 
 
 class Grants:
@@ -847,12 +980,19 @@ class Grants:
     layers' deadlines still hold and one measurement (`clock.latency(layer)`) for each layer
     not started, is shared the same way on top of the layer's own measurement (a later one
     moves the deadline: FirstPace.moved), and no deadline passes the clock's (with one lane:
-    the clock's time left). default: up to DEFAULT_TRIALS per layer."""
+    the clock's time left). default: up to DEFAULT_TRIALS per layer.
 
-    def __init__(self, budget, weights, sizes, clock=None, lanes=1, layers=None):
-        self.budget, self.weights, self.sizes = budget, list(weights), list(sizes)
+    `sizes` is read when a layer starts: its own size (time budgets, the default), every
+    later layer's too (trials). `waiting(i, ahead)`, where given, is what the layers after
+    layer i may wait for their spaces (NetworkSpaces.waiting): kept from the share as the
+    time every lane may lose then."""
+
+    def __init__(self, budget, weights, sizes, clock=None, lanes=1, layers=None, waiting=None):
+        self.budget, self.weights = budget, list(weights)
+        self.sizes = sizes if isinstance(sizes, Sequence) else list(sizes)
         self.clock, self.lanes = clock, max(1, int(lanes))
         self.layers = layers           # the layers (one of each group), for what each is owed
+        self.waiting = waiting
         self.pool = budget.amount if budget.kind == "trials" else 0
         self.reserved = {}             # layer -> trials granted while it runs
         self.deadlines = {}            # layer -> its deadline while it runs
@@ -877,6 +1017,8 @@ class Grants:
                     self.clock.latency() for j in rest] \
                 if hasattr(self.clock, "latency") else [0.0 for _ in rest]
             spare = self.lanes * left - held - sum(owed)
+            if self.waiting is not None:
+                spare -= self.lanes * self.waiting(i, owed[0])
             grant_s = owed[0] + share(max(0.0, spare), w, [math.inf for _ in rest],
                                       floor=0.0)[0]
             grant, deadline = max(1, self.sizes[i]), now + min(left, grant_s)
@@ -994,39 +1136,60 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
     width = lanes_for(measurer, lanes, len(groups))
     clock = budget if isinstance(budget, Clock) else Clock.make(budget, target)
     budget = parse_budget(budget)
+    firsts = [g[0] for g in groups]
+    # a CPU device's timings share the cores with the enumeration as with its compiles: a
+    # layer is enumerated only where a compile could run (measure.Phases)
+    phases = getattr(measurer, "_phases", None)
+    gate = {"gate": phases.compile} if phases is not None else {}
     t0 = time.monotonic()
     with phase("spaces"):
-        spaces = layer_spaces([g[0] for g in groups], target)
-        if where:
-            from ..space import restrict
-            spaces = [restrict(sp, where) for sp in spaces]
-        if layouts:
-            from ..space import restrict_layouts
-            spaces = [restrict_layouts(sp, *layouts[g[0].signature_str()])
-                      if g[0].signature_str() in layouts else sp
-                      for sp, g in zip(spaces, groups)]
-    spaces_s = time.monotonic() - t0
-    sizes = [len(s.candidates) for s in spaces]
+        # enumerated beside the search, the first layers first (NetworkSpaces)
+        spaces = NetworkSpaces(layer_spaces(firsts, target, **gate), groups, where, layouts,
+                               time.monotonic() - t0)
+    try:
+        return _tune_spaces(groups, spaces, target, measurer, store, device, budget, clock,
+                            strategy, seed, progress, share_by, seeding, width, recheck)
+    finally:
+        spaces.close()
+
+
+def _tune_spaces(groups, spaces, target, measurer, store, device, budget, clock, strategy,
+                 seed, progress, share_by, seeding, width, recheck):
+    """tune_network once its spaces are being enumerated (`spaces`: NetworkSpaces)."""
+    firsts = [g[0] for g in groups]
+    if budget.kind == "trials" or spaces.where:
+        spaces.all()
+    elif groups:
+        spaces[0]
     weights = [est_seconds(g[0], target) * len(g) if share_by == "cost" else 1.0
                for g in groups]
     library = None
     if seeding and store is not None:
-        library = Library.from_store(store, target, device,
-                                     {p.variant.name for sp in spaces for p in sp.parts})
+        # every variant that may search a layer (a layer's seeds and prior read the records
+        # of its own space's variants only: more are never read)
+        names = {v.name for l in firsts for v in supporting(l, target)[0]}
+        library = Library.from_store(store, target, device, names)
+    first = clock is not None and clock.searches == 0
     if clock is not None:
-        clock.begin([g[0] for g in groups], fusable_convs(groups, spaces), progress,
+        if first:
+            clock.waits = spaces.waiting(0)
+        clock.begin(firsts, spaces.fusable(), progress,
                     kernels=sum(len(g) for g in groups), lanes=width,
-                    spaces=(spaces_s, sum(len(sp.candidates) for sp in spaces)))
+                    spaces=spaces.enumeration())
     extra = {k: v for k, v in (("clock", clock), ("library", library)) if v is not None}
     shared = None
     if width > 1:
         shared = extra["lane"] = Lanes(width)
     guard = shared.lock if shared is not None else contextlib.nullcontext()
-    grants = Grants(budget, weights, sizes, clock, width, [g[0] for g in groups])
+    grants = Grants(budget, weights, spaces.sizes, clock, width, firsts,
+                    waiting=spaces.waiting if clock is not None else None)
     results = {}
 
     def begin(i):
+        spaces[i]                        # its space (waited for here, not under the lock)
         with guard:
+            if first and i:
+                clock.enumerated(spaces.enumeration(), spaces.fusable(), spaces.waiting(i))
             return grants.start(i)
 
     def work(i, grant_deadline):
@@ -1054,6 +1217,10 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
                                 progress)
 
     run_lanes(len(groups), width, begin, work, end, shared)
+    if first:
+        # every space is known now: the searches after this one are reserved for at what
+        # they took
+        clock.enumerated(spaces.enumeration(), spaces.fusable())
     if clock is not None and clock.searches == 1:
         clock.reserved = clock.final_reserve
     return {g[0].signature_str(): results[g[0].signature_str()] for g in groups}
