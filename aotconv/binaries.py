@@ -41,6 +41,7 @@ embeds none. The runtime side is runtime_c/rt_program.c.
 """
 from dataclasses import dataclass
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -187,11 +188,13 @@ def joined_source(sources, sections):
 
 # -- building on the device ------------------------------------------------------------------
 
-def plan(programs, ctx, binaries=True, log=None, launches=(), buffers=()):
+def plan(programs, ctx, binaries=True, log=None, launches=(), buffers=(), measurer=None):
     """The ProgramPlan of `programs` (schedule.Program) for the build context `ctx`.
     `launches` (schedule.LaunchRow, `program` indexing `programs`) and `buffers`
     (schedule.Buffer) are the library's: where the device compiles code at a kernel's launch
-    (PoCL), they are launched once before the binaries are read (warm_up)."""
+    (PoCL), they are launched once before the binaries are read (warm_up). `measurer`: the
+    build's (tune.measure.Measurer), whose builder processes, started by its searches with
+    their device contexts, build the joined programs made elsewhere (_built_elsewhere)."""
     log = log or (lambda msg: None)
     sources = [p.source for p in programs]
     sections = join_sections(sources, [p.file for p in programs])
@@ -201,7 +204,8 @@ def plan(programs, ctx, binaries=True, log=None, launches=(), buffers=()):
             f"the {name} device was not present at build time: the library embeds OpenCL "
             f"source only, one program per layer, compiled by create()"))
     try:
-        return _on_device(programs, sources, sections, ctx, binaries, log, launches, buffers)
+        return _on_device(programs, sources, sections, ctx, binaries, log, launches, buffers,
+                          measurer)
     except Exception as e:     # binaries and joining only speed create() up: never fail a build
         why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         log(f"aotconv: warning: building the programs on the {name} device failed ({why}); "
@@ -211,7 +215,8 @@ def plan(programs, ctx, binaries=True, log=None, launches=(), buffers=()):
             f"embeds OpenCL source only, one program per layer, compiled by create()"))
 
 
-def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffers):
+def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffers,
+               measurer=None):
     """plan() where the target's device is present."""
     import pyopencl as cl
     device = ctx.found[1]
@@ -253,8 +258,15 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
     if len(sources) > 1:
         if ngroups > 1 and binaries and not warm:
             # a driver builds one program at a time in a process (NVIDIA: 9 joined programs
-            # of ResNet-50 b1 in 20.0 s in threads, as one of them all): one process each
-            data, why = _built_elsewhere(ctx.target, texts)
+            # of ResNet-50 b1 in 20.0 s in threads, as one of them all): one process each,
+            # the measurer's builders where a search started them (their start and device
+            # context paid already), else new ones
+            idle = _idle_builders(measurer)
+            try:
+                data, why = _built_elsewhere(ctx.target, texts,
+                                             **({"builders": idle} if idle else {}))
+            finally:
+                _give_back(measurer, idle)
             if data is not None:
                 joined = [None] * len(texts)
         else:
@@ -317,27 +329,49 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
                        tuple(group_of) if joined is not None and ngroups > 1 else ())
 
 
-def _built_elsewhere(target, texts, timeout=600.0):
+def _built_elsewhere(target, texts, builders=(), timeout=600.0):
     """([CL_PROGRAM_BINARIES of each of `texts`], None), each built on `target`'s device in a
     process of its own (aotconv.tune.measure's builder), all at once; or (None, why) where one
-    fails, with the first failure."""
+    fails, with the first failure. `builders`: started builder processes (tune.measure.Worker)
+    to build them in, one text each (they are left running); the texts beyond them get new
+    processes, closed after."""
     from .tune.measure import Worker, build_binary
+    given = list(builders)
 
-    def one(text):
-        w = Worker()
+    def one(k):
+        w = given[k] if k < len(given) else Worker()
         try:
-            return w.call(build_binary, (target, text, BUILD_OPTIONS, True), timeout)
+            return w.call(build_binary, (target, texts[k], BUILD_OPTIONS, True), timeout)
         except Exception as e:           # the worker died or ran out of time
             return "fail", f"{type(e).__name__}: {e}", None
         finally:
-            w.kill()
+            if k >= len(given):
+                w.kill()
     with ThreadPoolExecutor(len(texts)) as pool:
-        got = list(pool.map(one, texts))
+        got = list(pool.map(one, range(len(texts))))
     for status, value, _ in got:
         if status != "ok" or not value:
             first = str(value or "no binary").strip().splitlines()
             return None, first[0][:200] if first else status
     return [value for _, value, _ in got], None
+
+
+def _idle_builders(measurer):
+    """The builder processes of `measurer` (tune.measure.Measurer.builders) idle now, taken
+    from it until _give_back; none where it has none (a tuning farm, no measurer)."""
+    q = getattr(measurer, "builders", None)
+    out = []
+    while q is not None:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            break
+    return out
+
+
+def _give_back(measurer, builders):
+    for w in builders:
+        measurer.builders.put(w)
 
 
 # -- PoCL: the work-group functions compiled at launch ------------------------------------------

@@ -17,7 +17,7 @@ import time
 
 # the order of the phases in the summary line; a phase not listed here comes after them
 ORDER = ("setup", "spaces", "search", "fusion searches", "layouts", "library", "run",
-         "run and check", "other")
+         "run and check", "end", "other")
 
 _ACTIVE = contextvars.ContextVar("aotconv_build_times", default=None)
 
