@@ -377,7 +377,7 @@ def _rebuilt(layer, target, plain):
 PARALLEL_MIN_LAYERS = 4
 
 
-def layer_spaces(layers, target, jobs=None, gate=None):
+def layer_spaces(layers, target, jobs=None):
     """The spaces of several layers, the same as [layer_space(l, target) for l in layers], as a
     `Spaces` sequence that enumerates them while its caller goes on: `spaces[i]` waits for
     layer i's alone. With enough layers `jobs` worker processes (default: one per core) take
@@ -385,13 +385,14 @@ def layer_spaces(layers, target, jobs=None, gate=None):
     seconds each, a 43-layer set minutes on one core); with fewer, a layer is enumerated here
     when it is first asked for. The workers are fresh interpreters (`python -m
     aotconv._space_worker`), so the caller's script is never re-imported; if they fail, the
-    layers they left are enumerated here. `gate`: see Spaces."""
+    layers they left are enumerated here. They start when the sequence is first read, or at
+    its `start()`."""
     import os
     layers = list(layers)
     jobs = min(jobs or os.cpu_count() or 1, len(layers))
     if jobs <= 1 or len(layers) < PARALLEL_MIN_LAYERS:
         jobs = 0
-    return Spaces(layers, target, jobs, gate)
+    return Spaces(layers, target, jobs)
 
 
 class Spaces(Sequence):
@@ -400,10 +401,11 @@ class Spaces(Sequence):
     time in order (a layer asked for that no worker has taken yet goes next), so the first
     layers' spaces come first and a search may start on them while the rest are enumerated.
 
-    `gate`: a callable whose context a worker holds while it enumerates a layer (default
-    none): a CPU device's measurer keeps its timings apart from it, as from its compiles.
-    `seconds(i)`: what layer i's enumeration took, in its worker. `close()` stops the
-    workers; a sequence read to its end needs none (they end with their last layer)."""
+    The workers start at `start()` or when the sequence is first read. `gate`: a callable
+    whose context a worker holds while it enumerates a layer (default none): a CPU device's
+    measurer keeps its timings apart from it, as from its compiles. `seconds(i)`: what layer
+    i's enumeration took, in its worker. `close()` stops the workers; a sequence read to its
+    end needs none (they end with their last layer)."""
 
     def __init__(self, layers, target, jobs=0, gate=None):
         import threading
@@ -414,14 +416,30 @@ class Spaces(Sequence):
         self._seconds = {}               # index -> seconds of its enumeration
         self._todo = list(range(len(self.layers)))
         self._cv = threading.Condition()
-        self._live = jobs                # workers not failed
+        self._live = 0                   # workers running
+        self._started = False
         self._failure = None             # the first worker's failure, as text
         self._warned = False
         self._closed = False
         self._procs = []
-        for k in range(jobs):
+
+    def start(self, jobs=None, gate=None):
+        """Start the workers (at most `jobs`, where given and the sequence has workers), each
+        holding `gate` while it enumerates a layer; nothing once they have started."""
+        import threading
+        with self._cv:
+            if self._started:
+                return self
+            self._started = True
+            if jobs is not None and self.jobs:
+                self.jobs = max(1, min(self.jobs, jobs))
+            if gate is not None:
+                self.gate = gate
+            self._live = self.jobs
+        for k in range(self.jobs):
             threading.Thread(target=self._work, daemon=True,
                              name=f"aotconv-space-{k}").start()
+        return self
 
     @classmethod
     def of(cls, spaces, seconds=0.0):
@@ -429,7 +447,7 @@ class Spaces(Sequence):
         out = cls([sp.layer for sp in spaces], None, 0)
         out._done = dict(enumerate(spaces))
         out._seconds = {i: seconds / max(1, len(spaces)) for i in range(len(spaces))}
-        out._todo = []
+        out._todo, out._started = [], True
         return out
 
     def __len__(self):
@@ -442,6 +460,7 @@ class Spaces(Sequence):
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
+        self.start()
         with self._cv:
             if i in self._todo:          # asked for before a worker took it: it goes next
                 self._todo.remove(i)
@@ -474,6 +493,7 @@ class Spaces(Sequence):
 
     def ready(self, i):
         """Whether layer i's space is there (reading it will not wait)."""
+        self.start()
         with self._cv:
             return i in self._done
 

@@ -110,7 +110,7 @@ def test_a_cpu_devices_timing_holds_the_enumeration_back():
     layers = [g[0] for g in groups_of(HEAVY)]
     phases = Phases()
     with phases.run():
-        spaces = layer_spaces(layers, H100, jobs=2, gate=phases.compile)
+        spaces = layer_spaces(layers, H100, jobs=2).start(gate=phases.compile)
         try:
             time.sleep(2.0)          # the workers have started and would have sent the relu
             assert not any(spaces.ready(i) for i in range(len(layers)))

@@ -281,6 +281,7 @@ class Clock:
         self.searches = 0
         self.follow_up = 0.0             # kept for the searches after the first
         self.follow_share = 0.0          # FOLLOW_UP of what was left when the first began
+        self.follow_owed = 0.0           # and the later searches' measurements counted then
         self.waits = 0.0                 # seconds the first search may still wait for the
                                          # spaces enumerated beside it (an estimate)
         self.fusable = ([], 0)           # (layers, points) the searches after the first may
@@ -405,12 +406,18 @@ class Clock:
         """What the searches after the first take at least: `layers` (default: the convs
         that may take a pool or an add) enumerated, at the first search's seconds per point of
         space and its fusable convs' points per layer, and measured once each."""
-        convs, points = self.fusable
+        convs, _ = self.fusable
         layers = convs if layers is None else list(layers)
+        return self.enumeration_s(layers) + self.owed(layers)
+
+    def enumeration_s(self, layers):
+        """Seconds `layers` take to enumerate, at the first search's seconds per point of
+        space and its fusable convs' points per layer."""
+        convs, points = self.fusable
         per_layer = points / len(convs) if convs else (
             self.spaced[1] / self.spaced[0] if self.spaced[0] else 0.0)
         rate = self.spaces_s / self.spaced[1] if self.spaced[1] else 0.0
-        return len(layers) * per_layer * rate + self.owed(layers)
+        return len(layers) * per_layer * rate
 
     def floor(self, layers):
         """When the build ends at the soonest, `layers` (Layers) still to measure once: the
@@ -462,6 +469,7 @@ class Clock:
                              else 0.0)
             spare = self.left() - self.waits - self.final_reserve - self.owed(layers)
             self.follow_share = FOLLOW_UP * max(0.0, spare)
+            self.follow_owed = self.owed(self.fusable[0])
             self.follow_up = max(self.follow_share, self.follow_up_min())
             self.check(layers, progress)
 
@@ -469,14 +477,16 @@ class Clock:
         """The first search's spaces as known now, while they are still being enumerated
         beside it: `spaces` and `fusable` as begin() takes them (estimates for the layers not
         enumerated yet, NetworkSpaces), `waits` what the search may still wait for them. The
-        reserve for the searches after it follows the estimate (FOLLOW_UP of what was left
-        when it began, or their minimum at what the spaces now say, whichever is more)."""
+        reserve for the searches after it follows the estimate of their enumeration (their
+        measurements counted as when it began, so that it moves only by what the spaces say:
+        FOLLOW_UP of what was left then, or their minimum, whichever is more)."""
         if self.searches != 1:
             return
         self.spaces_s, self.spaced = spaces[0], (self.spaced[0], spaces[1])
         self.fusable = (list(fusable[0]), fusable[1])
         self.waits = waits
-        self.follow_up = max(self.follow_share, self.follow_up_min())
+        self.follow_up = max(self.follow_share,
+                             self.enumeration_s(self.fusable[0]) + self.follow_owed)
 
     def check(self, layers, progress):
         """Warn (once) when the floor, `layers` (Layers) still to measure, is past 1.1 x the
@@ -1139,15 +1149,18 @@ def tune_network(groups, target, measurer, store, device, *, budget=None, strate
     clock = budget if isinstance(budget, Clock) else Clock.make(budget, target)
     budget = parse_budget(budget)
     firsts = [g[0] for g in groups]
-    # a CPU device's timings share the cores with the enumeration as with its compiles: a
-    # layer is enumerated only where a compile could run (measure.Phases)
-    phases = getattr(measurer, "_phases", None)
-    gate = {"gate": phases.compile} if phases is not None else {}
     t0 = time.monotonic()
     with phase("spaces"):
-        # enumerated beside the search, the first layers first (NetworkSpaces)
-        spaces = NetworkSpaces(layer_spaces(firsts, target, **gate), groups, where, layouts,
-                               time.monotonic() - t0)
+        stream = layer_spaces(firsts, target)
+        if isinstance(stream, Spaces):
+            # enumerated beside the search, the first layers first (NetworkSpaces), by half
+            # the cores' worth of workers: the search's compiles take the rest. A CPU
+            # device's timings share the cores with them as with its compiles: a layer is
+            # enumerated only where a compile could run (measure.Phases)
+            phases = getattr(measurer, "_phases", None)
+            stream.start(jobs=max(1, (os.cpu_count() or 1) // 2),
+                         gate=phases.compile if phases is not None else None)
+        spaces = NetworkSpaces(stream, groups, where, layouts, time.monotonic() - t0)
     try:
         return _tune_spaces(groups, spaces, target, measurer, store, device, budget, clock,
                             strategy, seed, progress, share_by, seeding, width, recheck)
