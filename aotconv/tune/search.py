@@ -10,7 +10,9 @@ untuned baseline, so the report can show what tuning bought) and at least that o
 A time budget is one `Clock` for the whole build (the compiler starts it with the build):
 space enumeration, the worker processes' start, every search (the network's, then the
 pool-fusion, residual and layout-conversion searches that choose is called for afterwards),
-and a reserve for building and running the final library all come out of it. The first search
+and a reserve for building and running the final library all come out of it. A search's
+spaces are enumerated beside it, the first layers first, and a layer waits only for its own
+(`NetworkSpaces`: what the budget needs of the others is estimated from those known). The first search
 reserves FOLLOW_UP of what is left for the searches after it (at least one enumeration and
 measurement of each conv a pool or an add may be fused into) and `Clock.final_reserve` for the
 library (its kernels' source at seconds a byte, the network's runs at its layers' measured
