@@ -62,7 +62,8 @@ class Fixed(MeasurerBase):
 
 def test_the_first_spaces_come_while_the_others_are_enumerated():
     """Two workers take the layers one at a time in order: the tiny first layer's space is
-    there long before the last conv's, and each space is the one layer_space enumerates."""
+    there long before the last conv's (a space from a worker is the one layer_space
+    enumerates: tests/test_space.py)."""
     layers = [g[0] for g in groups_of(HEAVY)]
     t0 = time.monotonic()
     spaces = layer_spaces(layers, H100, jobs=2)
@@ -70,10 +71,8 @@ def test_the_first_spaces_come_while_the_others_are_enumerated():
         first = spaces[0]
         assert not spaces.ready(len(layers) - 1)       # the last conv: still being enumerated
         assert first.candidates == layer_space(layers[0], H100).candidates
-        last = spaces[len(layers) - 1]
-        assert last.candidates == layer_space(layers[-1], H100).candidates
-        assert all(spaces.seconds(i) is not None for i in range(len(layers)))
-        assert time.monotonic() - t0 > spaces.seconds(len(layers) - 1)
+        assert len(spaces[1].candidates) > 1000       # the first conv, waited for alone
+        assert spaces.seconds(1) > 0.1 and time.monotonic() - t0 > spaces.seconds(1)
     finally:
         spaces.close()
 
@@ -89,19 +88,21 @@ def test_the_first_layers_search_starts_before_the_last_space_is_enumerated(tmp_
         streams.append(real(layers, target, **kw))
         return streams[-1]
 
+    class Seen(Exception):
+        pass
+
     def on_call(layer):
-        if not at_first:
-            s = streams[0]
-            at_first.append(all(s.ready(i) for i in range(len(s))) if hasattr(s, "ready")
-                            else True)
+        s = streams[0]
+        at_first.append(all(s.ready(i) for i in range(len(s))) if hasattr(s, "ready")
+                        else True)
+        raise Seen()             # the rest of the search is not what is tested
 
     monkeypatch.setattr(search, "layer_spaces", spied)
-    groups = groups_of(HEAVY)
     m = Fixed(on_call=on_call)
-    res = tune_network(groups, H100, m, Store(write=[tmp_path / "r.jsonl"]), None,
-                       strategy="random")
+    with pytest.raises(Seen):
+        tune_network(groups_of(HEAVY), H100, m, Store(write=[tmp_path / "r.jsonl"]), None,
+                     strategy="random")
     assert m.calls[0][1] == "r" and at_first == [False]
-    assert set(res) == {g[0].signature_str() for g in groups}
 
 
 def test_a_cpu_devices_timing_holds_the_enumeration_back():
@@ -112,7 +113,7 @@ def test_a_cpu_devices_timing_holds_the_enumeration_back():
     with phases.run():
         spaces = layer_spaces(layers, H100, jobs=2).start(gate=phases.compile)
         try:
-            time.sleep(2.0)          # the workers have started and would have sent the relu
+            time.sleep(1.2)          # the workers have started and would have sent the relu
             assert not any(spaces.ready(i) for i in range(len(layers)))
         except BaseException:
             spaces.close()
@@ -180,3 +181,16 @@ def test_waiting_for_the_spaces_is_kept_out_of_the_shares(tmp_path, monkeypatch)
     assert {name for _, name, _ in m.calls} == {g[0].name for g in groups}
     assert sum(k for _, name, k in m.calls if name == "d") > 5      # the dense searched
     assert took <= 1.1 * 3.0 + SCHED_S, (took, m.calls)
+
+
+def test_workers_that_fail_leave_their_layers_to_the_caller(monkeypatch):
+    """A worker that cannot start (here: no interpreter) is an optimisation lost, not an
+    error: the layers are enumerated in the caller's process, with one warning."""
+    import sys
+    layers = [g[0] for g in groups_of(HEAVY)][:4]
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    spaces = layer_spaces(layers, POCL, jobs=2)
+    with pytest.warns(UserWarning, match="parallel space enumeration failed"):
+        got = [spaces[i] for i in range(len(layers))]
+    for layer, sp in zip(layers, got):
+        assert sp.candidates == layer_space(layer, POCL).candidates
