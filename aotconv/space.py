@@ -502,12 +502,6 @@ class Spaces(Sequence):
         with self._cv:
             return self._seconds.get(i)
 
-    @property
-    def pending(self):
-        """The layers not enumerated yet."""
-        with self._cv:
-            return [i for i in range(len(self.layers)) if i not in self._done]
-
     def close(self):
         """Stop the workers (the layers not enumerated yet are, if asked for, here)."""
         with self._cv:
@@ -530,7 +524,6 @@ class Spaces(Sequence):
         import subprocess
         import sys
         import tempfile
-        import time
         from pathlib import Path
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)      # where `aotconv` is importable
@@ -554,14 +547,11 @@ class Spaces(Sequence):
                 pickle.dump(self.target, proc.stdin)
                 while i is not None:
                     with self.gate():
-                        t0 = time.monotonic()
                         pickle.dump(self.layers[i], proc.stdin)
                         proc.stdin.flush()
                         plain, took = pickle.load(proc.stdout)
                     with self._cv:
-                        self._done[i] = plain
-                        # the worker's own time where it tells it; its wall time here
-                        self._seconds[i] = took if took is not None else time.monotonic() - t0
+                        self._done[i], self._seconds[i] = plain, took
                         self._cv.notify_all()
                     i = self._next()
                 proc.stdin.close()
