@@ -243,14 +243,34 @@ class Worker:
                 return value
 
     def kill(self):
+        self.signal()
+        self.reap()
+
+    def signal(self):
+        """Send the process its kill, without waiting for it to end."""
         if self.proc is not None:
             self.proc.kill()
+
+    def reap(self):
+        """Wait for the killed process (5 s at most) and drop it."""
+        if self.proc is not None:
             self.proc.join(5)
         if self.conn is not None:
             self.conn.close()
         self.proc = self.conn = None
 
     close = kill
+
+
+def kill_all(workers):
+    """Kill `workers` together: every one signalled first, then each waited for, so that
+    their ends overlap (a process holding a GPU context takes a while to end: one after
+    another, a measurer's runner and 16 builders took seconds)."""
+    workers = list(workers)
+    for w in workers:
+        w.signal()
+    for w in workers:
+        w.reap()
 
 
 _START_LOCK = threading.Lock()
@@ -630,9 +650,10 @@ class Measurer(MeasurerBase):
         return o
 
     def close(self):
-        self.runner.kill()
+        workers = [self.runner]
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             while not self.builders.empty():
-                self.builders.get().kill()
+                workers.append(self.builders.get())
             self._pool = None
+        kill_all(workers)
