@@ -277,7 +277,7 @@ def test_the_staged_epilogue_compiles_to_16_byte_ptx(tmp_path, monkeypatch):
     sm_90 without spills: one st.global.v4.u32 per output vector, the residual by
     ld.global.nc.v4.u32, the halves packed by cvt.rn.f16x2.f32, nothing through local memory;
     the direct epilogue (EPI = 0) has no vector store."""
-    from test_conv_mma_f16_nhwc import NVPTX_PRELUDE, _clang_nvptx, _to_ptx
+    from mma_nhwc_helpers import NVPTX_PRELUDE, clang_nvptx as _clang_nvptx, to_ptx as _to_ptx
     clang, ptxas = _clang_nvptx()
     monkeypatch.delenv(EMULATE_ENV, raising=False)
     layer = conv((8, 64, 14, 16), res=True, out=64, kernel=3, pad=1, act="relu")

@@ -24,28 +24,22 @@ conversions its build inserts, passing --check.
 On an NVIDIA GPU (marker gpu): the same layers through the inline PTX, printing every point's
 outcome and reporting the knob points the driver does not build.
 """
-from dataclasses import replace
 import functools
 import re
-import shutil
-import subprocess
-import time
-import warnings
-import zlib
 
 import numpy as np
 import pytest
 
-from aotconv import harness, ops, protocol
+from aotconv import protocol
 from aotconv.context import with_precision
-from aotconv.errors import KernelBuildError
-from aotconv.graph import Layer
-from aotconv.space import fallback_point, layer_space, variant_space
+from aotconv.space import fallback_point, layer_space
 from aotconv.targets import TARGETS
 from aotconv.variants import BY_NAME
 from aotconv.variants.base import Config
 from aotconv.variants.conv_mma import EMULATE_ENV
 from half_helpers import check_half_output, emulated  # noqa: F401 (emulated: a fixture)
+import mma_nhwc_helpers as mh
+from mma_nhwc_helpers import RESNET_3X3, without as _without, with_knobs as _with
 
 V = BY_NAME["conv_mma_f16_nhwc"]
 NCHW_F16 = BY_NAME["conv_mma_f16"]
@@ -54,35 +48,9 @@ H16 = with_precision(H100, "fp16")
 POCL = TARGETS["pocl-cpu"]
 
 
-def conv(in_shape, storage="fp16", res=False, **raw):
-    """A conv layer as a build of `storage` holds it; `res`: with an add fused in (a second
-    input of the output's shape)."""
-    a = ops.normalise("conv", dict(raw))
-    if storage == "fp16":
-        a["storage"] = "fp16"
-    out, params = ops.infer("conv", a, [tuple(in_shape)])
-    layer = Layer("conv", "conv", a, ["input"], in_shapes=[tuple(in_shape)], out_shape=out,
-                  params=params)
-    if res:
-        layer.attrs = dict(layer.attrs, residual=True)
-        layer.inputs = ["input", "skip"]
-        layer.in_shapes = [tuple(in_shape), tuple(out)]
-    return layer
-
-
-RESNET_3X3 = dict(in_shape=(1, 128, 28, 28), out=128, kernel=3, pad=1, act="relu")
-
-
-def _part(layer, target):
-    return variant_space(layer, V, target, explain=False)
-
-
-def pick(layer, target, **want):
-    """The first point of the pruned space with the knob values `want`."""
-    for cfg in _part(layer, target).points:
-        if all(cfg[k] == v for k, v in want.items()):
-            return cfg
-    raise AssertionError(f"no point with {want} for {layer.in_shape} -> {layer.out_shape}")
+conv = functools.partial(mh.conv, storage="fp16")
+_part = functools.partial(mh.part, V)
+pick = functools.partial(mh.pick, V)
 
 
 # -- where it is offered ------------------------------------------------------------------------
@@ -101,51 +69,18 @@ def test_an_fp16_build_offers_it_for_c_multiple_of_8_and_no_other_build_does():
             "conv_mma_f16_nhwc multiplies the half values a --precision fp16 build stores: "
             "only a build of --precision fp16 runs it"), p
         assert fallback_point(fp32, V, t) is None
-    # an RGB input (ResNet's conv1, C = 3) stays on the other variants, saying why
-    rgb = conv((1, 3, 32, 32), out=64, kernel=7, stride=2, pad=3)
-    assert V.supports(rgb) == ("conv_mma_f16_nhwc needs C % 8 == 0, not C = 3: it loads the "
-                               "input channels in 16-byte vectors of 8 halves")
-    sp = layer_space(rgb, H16, variants=some)
-    assert V.name in dict(sp.unsupported) and any(p.variant is NCHW_F16 and p.points
-                                                  for p in sp.parts)
-    assert V.supports(conv((1, 12, 8, 8), out=8, kernel=3)).startswith(
-        "conv_mma_f16_nhwc needs C % 8 == 0, not C = 12")
-    assert "conv_mma_f16_nhwc needs groups 1, not 2" in V.supports(
-        conv((1, 16, 5, 5), out=16, kernel=3, groups=2))
-    assert V.supports(conv((1, 24, 5, 5), out=8, kernel=3)) is None
+    mh.assert_the_domain(V, NCHW_F16, H16, 8, "halves")
 
 
 @pytest.mark.parametrize("name,cc", [("h100", (7, 5)), ("pocl-cpu", ())])
 def test_no_tensor_cores_no_switch_no_points(name, cc, monkeypatch):
-    monkeypatch.delenv(EMULATE_ENV, raising=False)
-    layer = conv(**RESNET_3X3)
-    t = replace(with_precision(TARGETS[name], "fp16"), compute_capability=cc)
-    part = _part(layer, t)
-    assert not part.points and part.first["tensor_cores"] == part.total, name
-    assert fallback_point(layer, V, t) is None
-    if name == "pocl-cpu":
-        monkeypatch.setenv(EMULATE_ENV, "1")
-        assert _part(layer, t).points
+    mh.assert_no_tensor_cores_no_points(V, "fp16", name, cc, monkeypatch)
 
 
 def test_the_fallback_is_valid_on_every_resnet50_layer_it_takes(monkeypatch):
     """Every conv of ResNet-50 (batch 1 and 32) with C % 8 == 0 gets a fallback point on the
     h100, none with the knobs the H100 has not measured; conv1 (C = 3) gets none."""
-    monkeypatch.delenv(EMULATE_ENV, raising=False)
-    from aotconv.precision import stored
-    from aotconv.spec import load_network
-    from aotconv.passes import optimise
-    for batch in (1, 32):
-        net = stored(optimise(load_network("resnet50", batch=batch)), "fp16")
-        convs = [l for l in net.layers if l.op == "conv"]
-        assert len(convs) > 50
-        for l in convs:
-            if l.in_shape[1] % 8:
-                assert "C % 8 == 0" in V.supports(l) and fallback_point(l, V, H16) is None
-                continue
-            cfg = fallback_point(l, V, H16)
-            assert cfg is not None, l.name
-            assert cfg["CPASYNC"] == 0 and cfg["LDSM"] == 0, (l.name, cfg)
+    mh.assert_the_fallback_fits_resnet50(V, H16, 8, monkeypatch)
 
 
 def test_constraints_name_what_they_prune():
@@ -166,40 +101,15 @@ def test_constraints_name_what_they_prune():
     assert by["stages_not_oversized"].check(small, Config.of(**dict(base, CPASYNC=2)), H16)
 
 
-def _fragment_banks(ld, words):
-    """The banks the 32 lanes of a warp read for each fragment register: lane (g, t) reads
-    word column t (+4) of rows g (+8) of a local tile of rows `ld` words apart (4-byte banks,
-    32 of them); `words`: the ldmatrix phases (8 rows of 4 words) instead."""
-    if words:
-        return [[(r * ld + w) % 32 for r in range(8) for w in range(4)]]
-    return [[((g + dr) * ld + t + dc) % 32 for g in range(8) for t in range(4)]
-            for dr in (0, 8) for dc in (0, 4)]
-
-
 @pytest.mark.parametrize("bk", [16, 32, 64])
 def test_pad_4_makes_every_fragment_read_conflict_free(bk):
     """The bank analysis of the template's comment: with PAD = 4 a local row is 4 (mod 8) words
     long and every fragment read of a warp (and every 8-row phase of ldmatrix) hits 32
     different banks; without padding some lanes share a bank."""
-    layer = conv(**RESNET_3X3)
-    for pad, free in ((4, True), (0, False)):
-        cfg = Config.of(BM=64, BN=64, BK=bk, WM=2, WN=2, PAD=pad, DBUF=0, CPASYNC=0, LDSM=0)
-        ld = V.template_params(layer, cfg)["LD"]
-        assert ld == bk // 2 + pad and ld % 4 == 0          # uint4 rows stay aligned
-        for phase in (False, True):
-            for banks in _fragment_banks(ld, phase):
-                assert (len(set(banks)) == 32) == free, (bk, pad, phase)
+    mh.assert_pad_4_conflict_free(V, bk, per_word=2)
 
 
 # -- the staged epilogue (EPI) -------------------------------------------------------------------
-
-def _without(cfg, knob):
-    return Config(tuple(kv for kv in cfg.items if kv[0] != knob))
-
-
-def _with(cfg, **kw):
-    return Config(tuple((k, kw.get(k, v)) for k, v in cfg.items))
-
 
 def test_epi_0_is_the_direct_epilogue_and_what_a_point_without_epi_renders(monkeypatch):
     """EPI's first value is 0 (the fallback's), and a point without the knob (a record made
@@ -332,101 +242,24 @@ def test_the_kernel_reads_uint4_and_stores_half2_in_nhwc(monkeypatch):
     assert V.buffers(layer, cfg) == {"wpack": 32 * 32 // 2}
 
 
-def _cpp(src, *defines):
-    return subprocess.run([shutil.which("cpp"), "-P", *defines], input=src,
-                          capture_output=True, text=True, check=True).stdout
-
-
 def test_nvidia_s_compiler_gets_the_ptx_and_every_other_the_emulation(monkeypatch):
-    if shutil.which("cpp") is None:
-        pytest.skip("no C preprocessor (cpp) here")
     layer = conv(**RESNET_3X3)
-    cfg = pick(layer, H16, CPASYNC=3, LDSM=1, EPI=1)
-    monkeypatch.delenv(EMULATE_ENV, raising=False)
-    src = V.render(layer, cfg, "k")
-    nv = _cpp(src, "-Dcl_nv_compiler_options")
+    nv, other = mh.preprocessed(V, layer, pick(layer, H16, CPASYNC=3, LDSM=1, EPI=1),
+                                monkeypatch)
     for ins in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
                 "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "cp.async.cg.shared.global",
                 "cp.async.commit_group", "cp.async.wait_group 1", "cvt.rn.f16x2.f32",
                 "cvt.f32.f16", "ld.global.nc.v4.u32"):
         assert ins in nv, ins
     assert "half_bits" not in nv and "lx[lane]" not in nv and "vstore_half2_rte" not in nv
-    other = _cpp(src)
-    assert "asm" not in other and "half_bits(wa_ & 0xffffu)" in other and "lx[lane]" in other
+    assert "half_bits(wa_ & 0xffffu)" in other and "lx[lane]" in other
     assert "half_bits((w0) & 0xffffu)" in other and "vstore_half2_rte((float2)(v.s0, v.s1)" \
         in other
-    monkeypatch.setenv(EMULATE_ENV, "1")
-    assert "asm" not in _cpp(V.render(layer, cfg, "k"), "-Dcl_nv_compiler_options")
 
 
 # -- the PTX through clang (nvptx) and ptxas ---------------------------------------------------
 
-# Definitions of the OpenCL builtins the kernels call, for clang's nvptx target where no libclc
-# is installed (what they compute does not matter here: only that the kernel compiles)
-NVPTX_PRELUDE = r"""
-#define OVL __attribute__((overloadable))
-size_t OVL get_local_id(uint d) {
-    return d == 0 ? __nvvm_read_ptx_sreg_tid_x() : d == 1 ? __nvvm_read_ptx_sreg_tid_y()
-                                                          : __nvvm_read_ptx_sreg_tid_z(); }
-size_t OVL get_group_id(uint d) {
-    return d == 0 ? __nvvm_read_ptx_sreg_ctaid_x() : d == 1 ? __nvvm_read_ptx_sreg_ctaid_y()
-                                                            : __nvvm_read_ptx_sreg_ctaid_z(); }
-size_t OVL get_local_size(uint d) {
-    return d == 0 ? __nvvm_read_ptx_sreg_ntid_x() : d == 1 ? __nvvm_read_ptx_sreg_ntid_y()
-                                                           : __nvvm_read_ptx_sreg_ntid_z(); }
-size_t OVL get_global_id(uint d) { return get_group_id(d) * get_local_size(d) + get_local_id(d); }
-void OVL barrier(cl_mem_fence_flags f) { __nvvm_bar_sync(0); }
-static inline float h2f_(ushort h) {
-    float f; __asm__("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-static inline ushort f2h_(float f) {
-    ushort h; __asm__("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-float OVL vload_half(size_t i, const __global half* p) {
-    return h2f_(((const __global ushort*)p)[i]); }
-float2 OVL vload_half2(size_t i, const __global half* p) {
-    return (float2)(vload_half(2 * i, p), vload_half(2 * i + 1, p)); }
-void OVL vstore_half_rte(float v, size_t i, __global half* p) {
-    ((__global ushort*)p)[i] = f2h_(v); }
-void OVL vstore_half2_rte(float2 v, size_t i, __global half* p) {
-    vstore_half_rte(v.x, 2 * i, p); vstore_half_rte(v.y, 2 * i + 1, p); }
-int OVL min(int a, int b) { return a < b ? a : b; }
-float OVL fmax(float a, float b) { return __builtin_fmaxf(a, b); }
-float OVL tanh(float x) {
-    float e = __nvvm_ex2_approx_f(2.8853900818f * x); return (e - 1.0f) / (e + 1.0f); }
-#undef OVL
-"""
-
-
-def _clang_nvptx():
-    """A clang that compiles OpenCL C for nvptx64 (PoCL's clang here), and ptxas; else skip."""
-    ptxas = shutil.which("ptxas") or shutil.which("/usr/local/cuda/bin/ptxas")
-    if ptxas is None:
-        pytest.skip("ptxas (the CUDA toolkit's PTX assembler) is not installed here")
-    for name in ("clang", *(f"clang-{v}" for v in range(20, 13, -1))):
-        clang = shutil.which(name)
-        if clang and _to_ptx(clang, "__kernel void k(__global int* p) { p[0] = 1; }")[0] == 0:
-            return clang, ptxas
-    pytest.skip("no clang with the nvptx64 target here")
-
-
-def _to_ptx(clang, src):
-    run = subprocess.run(
-        [clang, "-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl", "-O2",
-         "-Xclang", "-finclude-default-header", "-Xclang", "-target-cpu", "-Xclang", "sm_80",
-         "-Xclang", "-target-feature", "-Xclang", "+ptx75", "-Dcl_nv_compiler_options",
-         "-Dasm=__asm__", "-Wno-pointer-to-int-cast", "-S", "-", "-o", "-"],
-        input=src, capture_output=True, text=True)
-    return run.returncode, run.stdout, run.stderr
-
-
-# points across the space's data movement: the register double buffer, cp.async in 2 and 3
-# stages, ldmatrix with B by .x4 (NI even) and .x2 (NI odd), no padding, a K step of 64, the
-# staged epilogue (with the register double buffer, with cp.async and ldmatrix, and with a
-# 128-pixel tile in four passes)
-PTX_POINTS = [dict(DBUF=1, CPASYNC=0, LDSM=0, BK=32, EPI=0), dict(CPASYNC=3, LDSM=1, BK=32, EPI=0),
-              dict(CPASYNC=2, LDSM=0, PAD=0, EPI=0),
-              dict(DBUF=0, CPASYNC=0, LDSM=1, BN=32, WN=4, EPI=0),
-              dict(DBUF=1, LDSM=1, BK=64, EPI=0), dict(DBUF=1, CPASYNC=0, LDSM=0, BK=32, EPI=1),
-              dict(CPASYNC=3, LDSM=1, BK=32, EPI=1), dict(BM=128, BN=64, DBUF=1, EPI=1)]
+PTX_POINTS = mh.ptx_points(32)             # BK 32 and 64: 64 and 128 bytes of k
 
 
 def test_the_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm_90(tmp_path, monkeypatch):
@@ -439,47 +272,21 @@ def test_the_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm_90(tmp_path, mon
     (st.global.v4, ld.global.nc.v4), converting in registers (cvt.rn.f16x2.f32), never
     through a private array in local memory; the direct one (EPI = 0) has no vector store.
     What the instructions compute is tested through the emulation (PoCL) and on the H100."""
-    clang, ptxas = _clang_nvptx()
     monkeypatch.delenv(EMULATE_ENV, raising=False)
     layer = conv((8, 64, 14, 14), res=True, out=64, kernel=3, pad=1, act="relu")
-    for want in PTX_POINTS:
-        cfg = pick(layer, H16, **want)
-        rc, ptx, err = _to_ptx(clang, NVPTX_PRELUDE + V.render(layer, cfg, "k"))
-        assert rc == 0, f"[{cfg}] {err[-2000:]}"
-        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
-        assert ("cp.async.cg.shared.global" in ptx) == bool(cfg["CPASYNC"]), cfg
-        ldsm = "ldmatrix.sync.aligned.m8n8.x2" if _nis(cfg) % 2 else \
-            "ldmatrix.sync.aligned.m8n8.x4"
-        assert (ldsm in ptx) == bool(cfg["LDSM"]), cfg
+
+    def check_ptx(cfg, p, ptx):
         stores = re.findall(r"st\.global\.v4\.u32", ptx)
         assert bool(stores) == bool(cfg["EPI"]), cfg
         if cfg["EPI"]:
             # one store per 16-byte vector: MI passes of E_ITERS vectors each
-            p = V.template_params(layer, cfg)
             assert len(stores) == p["MI"] * p["E_ITERS"], (cfg, len(stores))
             assert "cvt.rn.f16x2.f32" in ptx and "ld.global.nc.v4.u32" in ptx
             assert "st.local" not in ptx and "ld.local" not in ptx, cfg
-        (tmp_path / "k.ptx").write_text(ptx)
-        run = subprocess.run([ptxas, "--gpu-name", "sm_90", "-v", str(tmp_path / "k.ptx"),
-                              "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True)
-        assert run.returncode == 0, f"[{cfg}] {run.stderr[-2000:]}"
-        m = re.search(r"entry function 'k'.*?(\d+) bytes spill stores.*?Used (\d+) registers",
-                      run.stderr, re.S)
-        assert m, run.stderr
-        spills, regs = int(m.group(1)), int(m.group(2))
-        assert spills == 0, (cfg, run.stderr)
-        est = V.registers(layer, cfg)
-        assert 0.65 * regs <= est <= 1.35 * regs, (cfg, est, regs)
-    # and the assembler does refuse a broken kernel: the check can fail
-    bad = ptx.replace("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
-                      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f64", 1)
-    (tmp_path / "bad.ptx").write_text(bad)
-    assert subprocess.run([ptxas, "--gpu-name", "sm_90", str(tmp_path / "bad.ptx"), "-o",
-                           str(tmp_path / "bad.cubin")], capture_output=True).returncode != 0
 
-
-def _nis(cfg):
-    return cfg["BN"] // cfg["WN"] // 8
+    mh.assert_ptx_assembles(V, layer, H16, PTX_POINTS,
+                            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", tmp_path,
+                            check_ptx)
 
 
 # -- on PoCL: the emulated mma, ldmatrix and cp.async -----------------------------------------
@@ -508,20 +315,10 @@ SLOW = ("k7_s2_p3_tanh",)
 @functools.lru_cache(maxsize=None)
 def case(lid):
     shape, attrs, res, _ = SHAPES[lid]
-    layer = conv(shape, res=res, **attrs)
-    rng = np.random.default_rng(zlib.crc32(lid.encode()))
-    xs, prm = harness.random_inputs(layer, rng)
-    return layer, xs, prm
+    return mh.random_case(conv(shape, res=res, **attrs), lid)
 
 
-def run_point(layer, xs, prm, cfg, ctx, program=None, source=None):
-    """The layer's logical NCHW output from `cfg`, its inputs given in NHWC and its output read
-    from NHWC as the tuner does (protocol.Kernel), the output poisoned first."""
-    k = protocol.Kernel(ctx[0], ctx[1], layer, V, cfg, xs, prm, program=program, source=source)
-    k.poison()
-    k.run(0)
-    k.finish()
-    return k.output()
+run_point = functools.partial(mh.run_point, V)
 
 
 def check_point(layer, xs, prm, cfg, ctx, program=None, source=None):
@@ -571,14 +368,6 @@ STAGED = {
 STAGED_QUICK = ("act_hardsigmoid",)        # alpha * x + beta: a product and a sum to fuse
 
 
-def _pocl_local(program):
-    """The local memory PoCL reports for a program's kernels (the largest)."""
-    from aotconv import harness as h
-    _, _, dev = h.context_for(POCL)
-    info = h.cl().kernel_work_group_info.LOCAL_MEM_SIZE
-    return max(k.get_work_group_info(info, dev) for k in program.all_kernels())
-
-
 @pytest.mark.parametrize("sid", [
     pytest.param(sid, marks=pytest.mark.slow)
     if sid.startswith("act_") and sid not in STAGED_QUICK else sid for sid in STAGED])
@@ -587,12 +376,7 @@ def test_the_staged_epilogue_is_bitwise_the_direct_one(emulated, sid):
     residual, activation and rounding, per element), and so matches the float64 reference
     within the half tolerance; its local memory is what PoCL reports for the kernel."""
     target, ctx = emulated
-    shape, attrs, res, want = STAGED[sid]
-    layer = conv(shape, res=res, **attrs)
-    rng = np.random.default_rng(zlib.crc32(sid.encode()))
-    xs, prm = harness.random_inputs(layer, rng)
-    staged = pick(layer, target, EPI=1, **want)
-    p = V.template_params(layer, staged)
+    layer, xs, prm, staged, p = mh.staged_case(V, STAGED, sid, target)
     if sid == "ldsm_x2_half_a_pass":
         assert p["ECHK"] and p["NI"] % 2 == 1
     if sid == "pass_beyond_the_stages":
@@ -600,25 +384,15 @@ def test_the_staged_epilogue_is_bitwise_the_direct_one(emulated, sid):
         assert p["SMEM"] == 64 * (128 + 8) > stages and p["MCHK"] and p["NCHK"]
     if sid.startswith("tails"):
         assert p["MCHK"] and p["NCHK"]
-    src = V.render(layer, staged, "k")
-    program = harness.build(ctx[0], src)
-    assert _pocl_local(program) == V.local_mem_bytes(layer, staged)
-    got = check_point(layer, xs, prm, staged, ctx, program, src)
-    direct = run_point(layer, xs, prm, _with(staged, EPI=0), ctx)
-    assert np.array_equal(got, direct), f"{np.mean(got != direct):.3%} differ"
+    mh.assert_staged_is_direct(V, layer, xs, prm, staged, ctx, check_point)
 
 
 def test_the_check_sees_a_wrong_layout(emulated):
     """The same kernel read back as if it wrote NCHW is far from the reference: the tests above
     pass because the output is NHWC, not whatever the check would accept."""
     target, ctx = emulated
-    layer, xs, prm = case("k3_p1_residual_relu")
-    k = protocol.Kernel(ctx[0], ctx[1], layer, V, V.fallback(layer, target), xs, prm)
-    k.run(0)
-    k.finish()
-    nhwc_as_nchw = k.runs[0].read_output()
-    assert not protocol.Reference(layer, xs, prm).check(nhwc_as_nchw)["ok"]
-    assert protocol.Reference(layer, xs, prm).check(k.output())["ok"]
+    mh.assert_the_check_sees_a_wrong_layout(V, case("k3_p1_residual_relu"), target, ctx,
+                                            "fp32")
 
 
 def test_every_finite_half_passes_through_exactly(emulated):
@@ -645,11 +419,6 @@ def gpu():
     return h100_tensor_cores("fp16")
 
 
-# the knobs whose PTX the H100 has not run yet: a point with one of them that the driver does
-# not build is reported, not failed (the tuner prunes it as build_failed)
-UNMEASURED = ("CPASYNC", "LDSM", "EPI")
-
-
 @pytest.mark.gpu
 def test_ptx_conv_mma_f16_nhwc_against_the_reference(gpu, monkeypatch):
     """The tensor cores on every layer of SHAPES at the fallback, the shape's own points, the
@@ -664,64 +433,18 @@ def test_ptx_conv_mma_f16_nhwc_against_the_reference(gpu, monkeypatch):
     the tuner prunes such a point as build_failed."""
     target, ctx = gpu
     monkeypatch.delenv(EMULATE_ENV, raising=False)
-    rows, failed, unbuilt, t0 = [], [], [], time.time()
-    for lid in SHAPES:
-        layer, xs, prm = case(lid)
-        pts = _part(layer, target).points
-        extra = [pick(layer, target, **w) for w in SHAPES[lid][3]]
-        for want in (dict(DBUF=1, CPASYNC=0, LDSM=0), dict(CPASYNC=2), dict(CPASYNC=3),
-                     dict(LDSM=1), dict(EPI=1)):
-            extra += [c for c in pts if all(c[k] == v for k, v in want.items())][:1]
-        fb = V.fallback(layer, target)
-        extra += [c for c in (_with(fb, EPI=1),) if c in pts]
-        direct = {}
-        for cfg in dict.fromkeys([fb] + extra):
-            src = V.render(layer, cfg, "k")
-            try:
-                program = harness.build(ctx[0], src)
-            except KernelBuildError as e:
-                log = " ".join(str(e.log or e).split())[:400]
-                (unbuilt if any(cfg[k] for k in UNMEASURED) else failed).append(
-                    f"{lid} [{cfg}]: not built: {log}")
-                rows.append(f"{lid} [{cfg}]: NOT BUILT")
-                continue
-            try:
-                binary = program.binaries[0]
-                assert b"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in binary, \
-                    "the f16 mma in the binary"
-                assert (b"cp.async" in binary) == bool(cfg["CPASYNC"]), "cp.async in the binary"
-                assert (b"ldmatrix" in binary) == bool(cfg["LDSM"]), "ldmatrix in the binary"
-                assert (b"st.global.v4" in binary) == bool(cfg["EPI"]), "16-byte stores"
-                out = check_point(layer, xs, prm, cfg, ctx, program, src)
-                if not cfg["EPI"]:
-                    direct[cfg] = out
-                elif _with(cfg, EPI=0) in direct:
-                    assert np.array_equal(out, direct[_with(cfg, EPI=0)]), "EPI 0 and 1 differ"
-                rows.append(f"{lid} [{cfg}]: ok")
-            except Exception as e:                      # noqa: BLE001 (every point reported)
-                failed.append(f"{lid} [{cfg}]: {type(e).__name__}: {e}")
-                rows.append(f"{lid} [{cfg}]: FAILED")
-    print(f"conv_mma_f16_nhwc on the GPU ({time.time() - t0:.0f} s):", *rows, sep="\n  ")
-    for u in unbuilt:
-        warnings.warn(f"conv_mma_f16_nhwc: the driver does not build {u}")
-    assert not failed, "\n".join(failed)
-    assert sum(r.endswith(": ok") for r in rows) >= len(SHAPES)
+
+    def check_binary(cfg, binary):
+        assert b"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in binary, \
+            "the f16 mma in the binary"
+        assert (b"cp.async" in binary) == bool(cfg["CPASYNC"]), "cp.async in the binary"
+        assert (b"ldmatrix" in binary) == bool(cfg["LDSM"]), "ldmatrix in the binary"
+        assert (b"st.global.v4" in binary) == bool(cfg["EPI"]), "16-byte stores"
+
+    mh.ptx_sweep(V, SHAPES, case, target, ctx, check_point, check_binary)
 
 
 # -- an fp16 library on PoCL --------------------------------------------------------------------
-
-NET = """name: halfnhwc
-input: [2, 3, 10, 10]
-layers:
-  - {name: c0, op: conv, out: 16, kernel: 3, pad: 1, act: relu}
-  - {name: c1, op: conv, out: 16, kernel: 3, pad: 1, act: relu}
-  - {name: c2, op: conv, out: 16, kernel: 1}
-  - {name: add, op: add, inputs: [c2, c0], act: relu}
-  - {name: c3, op: conv, out: 24, kernel: 3, stride: 2, pad: 1, act: relu}
-  - {name: gap, op: global_avgpool}
-  - {name: fc, op: dense, out: 5}
-"""
-
 
 def test_an_fp16_library_runs_it_in_nhwc_and_checks_against_the_half_model(emulated, tmp_path,
                                                                            monkeypatch):
@@ -729,43 +452,7 @@ def test_an_fp16_library_runs_it_in_nhwc_and_checks_against_the_half_model(emula
     c3, the last two with the staged epilogue (EPI = 1): the fp16 build runs them in NHWC,
     converting c0's output (C = 3 in: another variant, NCHW) once for both of its readers and
     c3's back for the pool, and --check against the half model passes."""
-    from aotconv.compiler import compile_network
-    from aotconv.context import BuildContext
-    from aotconv.passes import fuse_residual, optimise
-    from aotconv.precision import stored
-    from aotconv.spec import load_network
-    from aotconv.tune.measure import Outcome, Status
-    from aotconv.tune.records import Key, Store
-    monkeypatch.setenv("AOTCONV_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("AOTCONV_SHIPPED_RECORDS", "0")
-    (tmp_path / "halfnhwc.yaml").write_text(NET)
-    db = tmp_path / "records.jsonl"
-    with BuildContext.make("pocl-cpu", mode="records", precision="fp16") as ctx:
-        store = Store(write=[db])
-        net = stored(optimise(load_network(str(tmp_path / "halfnhwc.yaml"))), "fp16")
-        fused = fuse_residual(net, ["c2"])
-        assert V.supports(net.layer("c0")) is not None
-        # c2's kernel, carried over to c2 with the add fused in, and c3's: EPI = 1
-        for layer, epi in ((net.layer("c1"), 0), (net.layer("c2"), 1), (fused.layer("c2"), 1),
-                           (net.layer("c3"), 1)):
-            store.append(Key(layer, V, ctx.target, ctx.device),
-                         _with(V.fallback(layer, ctx.target), EPI=epi),
-                         Outcome(Status.OK, 1e-3, (1e-3,)))
-    res = compile_network(str(tmp_path / "halfnhwc.yaml"), target="pocl-cpu",
-                          outdir=tmp_path / "out", tune_mode="records", tuning_db=str(db),
-                          check=True, quiet=True, precision="fp16")
-    sch = res.schedule
-    assert {n: c.variant for n, c in sch.choices.items() if n in ("c1", "c2", "c3")} == \
-        {"c1": V.name, "c2": V.name, "c3": V.name}
-    assert [sch.choices[n].cfg["EPI"] for n in ("c1", "c2", "c3")] == [0, 1, 1]
-    c2 = sch.net.layer("c2")
-    assert c2.attrs.get("residual") and "add" not in [l.name for l in sch.net.layers]
-    converts = {l.name: (l.inputs[0], l.attrs["src"], l.attrs["dst"])
-                for l in sch.net.layers if l.op == "layout_convert"}
-    to_nhwc = [n for n, (t, a, b) in converts.items() if t == "c0" and b == "NHWC"]
-    assert len(to_nhwc) == 1 and c2.inputs[1] == to_nhwc[0] \
-        and sch.net.layer("c1").inputs == to_nhwc
-    assert any(t == "c3" and (a, b) == ("NHWC", "NCHW") for t, a, b in converts.values())
+    res = mh.library_on_the_variant(V, "halfnhwc", "fp16", tmp_path, monkeypatch)
     assert res.check_reference.startswith("the float64 numpy reference with every weight")
     assert res.check_error is not None and res.check_error <= protocol.TOLERANCE
     report = (tmp_path / "out" / "report.md").read_text()

@@ -23,28 +23,22 @@ convs in NHWC (one with the residual add fused in) and passes --check against th
 
 On an NVIDIA GPU (marker gpu): the same layers through the inline PTX.
 """
-from dataclasses import replace
 import functools
 import re
-import shutil
-import subprocess
-import time
-import warnings
-import zlib
 
 import numpy as np
 import pytest
 
-from aotconv import harness, ops, protocol, reference
+from aotconv import harness, protocol, reference
 from aotconv.context import with_precision
-from aotconv.errors import KernelBuildError
-from aotconv.graph import Layer
 from aotconv.precision import round_tf32
-from aotconv.space import fallback_point, layer_space, variant_space
+from aotconv.space import fallback_point, layer_space
 from aotconv.targets import TARGETS
 from aotconv.variants import BY_NAME
 from aotconv.variants.base import Config
 from aotconv.variants.conv_mma import EMULATE_ENV
+import mma_nhwc_helpers as mh
+from mma_nhwc_helpers import RESNET_3X3, conv, with_knobs as _with
 
 V = BY_NAME["conv_mma_tf32_nhwc"]
 NCHW_TF32 = BY_NAME["conv_mma"]
@@ -53,39 +47,8 @@ H32 = with_precision(H100, "tf32")
 POCL = TARGETS["pocl-cpu"]
 
 
-def conv(in_shape, storage="fp32", res=False, **raw):
-    """A conv layer as a build of `storage` holds it; `res`: with an add fused in (a second
-    input of the output's shape)."""
-    a = ops.normalise("conv", dict(raw))
-    if storage == "fp16":
-        a["storage"] = "fp16"
-    out, params = ops.infer("conv", a, [tuple(in_shape)])
-    layer = Layer("conv", "conv", a, ["input"], in_shapes=[tuple(in_shape)], out_shape=out,
-                  params=params)
-    if res:
-        layer.attrs = dict(layer.attrs, residual=True)
-        layer.inputs = ["input", "skip"]
-        layer.in_shapes = [tuple(in_shape), tuple(out)]
-    return layer
-
-
-RESNET_3X3 = dict(in_shape=(1, 128, 28, 28), out=128, kernel=3, pad=1, act="relu")
-
-
-def _part(layer, target):
-    return variant_space(layer, V, target, explain=False)
-
-
-def pick(layer, target, **want):
-    """The first point of the pruned space with the knob values `want`."""
-    for cfg in _part(layer, target).points:
-        if all(cfg[k] == v for k, v in want.items()):
-            return cfg
-    raise AssertionError(f"no point with {want} for {layer.in_shape} -> {layer.out_shape}")
-
-
-def _with(cfg, **kw):
-    return Config(tuple((k, kw.get(k, v)) for k, v in cfg.items))
+_part = functools.partial(mh.part, V)
+pick = functools.partial(mh.pick, V)
 
 
 # -- where it is offered ------------------------------------------------------------------------
@@ -109,31 +72,12 @@ def test_a_tf32_build_offers_it_for_c_multiple_of_4_and_no_other_build_does():
     half = conv(storage="fp16", **RESNET_3X3)
     sp = layer_space(half, h16, variants=some)
     assert V.name in dict(sp.unsupported) and fallback_point(half, V, h16) is None
-    # an RGB input (ResNet's conv1, C = 3) stays on the other variants, saying why
-    rgb = conv((1, 3, 32, 32), out=64, kernel=7, stride=2, pad=3)
-    assert V.supports(rgb) == ("conv_mma_tf32_nhwc needs C % 4 == 0, not C = 3: it loads the "
-                               "input channels in 16-byte vectors of 4 floats")
-    sp = layer_space(rgb, H32, variants=some)
-    assert V.name in dict(sp.unsupported) and any(p.variant is NCHW_TF32 and p.points
-                                                  for p in sp.parts)
-    assert V.supports(conv((1, 6, 8, 8), out=8, kernel=3)).startswith(
-        "conv_mma_tf32_nhwc needs C % 4 == 0, not C = 6")
-    assert "conv_mma_tf32_nhwc needs groups 1, not 2" in V.supports(
-        conv((1, 16, 5, 5), out=16, kernel=3, groups=2))
-    assert V.supports(conv((1, 12, 5, 5), out=8, kernel=3)) is None
+    mh.assert_the_domain(V, NCHW_TF32, H32, 4, "floats")
 
 
 @pytest.mark.parametrize("name,cc", [("h100", (7, 5)), ("pocl-cpu", ())])
 def test_no_tensor_cores_no_switch_no_points(name, cc, monkeypatch):
-    monkeypatch.delenv(EMULATE_ENV, raising=False)
-    layer = conv(**RESNET_3X3)
-    t = replace(with_precision(TARGETS[name], "tf32"), compute_capability=cc)
-    part = _part(layer, t)
-    assert not part.points and part.first["tensor_cores"] == part.total, name
-    assert fallback_point(layer, V, t) is None
-    if name == "pocl-cpu":
-        monkeypatch.setenv(EMULATE_ENV, "1")
-        assert _part(layer, t).points
+    mh.assert_no_tensor_cores_no_points(V, "tf32", name, cc, monkeypatch)
 
 
 def test_its_records_never_serve_an_fp32_build(tmp_path):
@@ -176,20 +120,7 @@ def test_the_fallback_is_valid_on_every_resnet50_layer_it_takes(monkeypatch):
     """Every conv of ResNet-50 (batch 1 and 32) with C % 4 == 0 gets a fallback point on the
     h100 in a tf32 build, none with the knobs the H100 has not measured; conv1 (C = 3) gets
     none."""
-    monkeypatch.delenv(EMULATE_ENV, raising=False)
-    from aotconv.spec import load_network
-    from aotconv.passes import optimise
-    for batch in (1, 32):
-        net = optimise(load_network("resnet50", batch=batch))
-        convs = [l for l in net.layers if l.op == "conv"]
-        assert len(convs) > 50
-        for l in convs:
-            if l.in_shape[1] % 4:
-                assert "C % 4 == 0" in V.supports(l) and fallback_point(l, V, H32) is None
-                continue
-            cfg = fallback_point(l, V, H32)
-            assert cfg is not None, l.name
-            assert (cfg["CPASYNC"], cfg["LDSM"], cfg["EPI"]) == (0, 0, 0), (l.name, cfg)
+    mh.assert_the_fallback_fits_resnet50(V, H32, 4, monkeypatch)
 
 
 def test_constraints_name_what_they_prune():
@@ -223,30 +154,12 @@ def test_constraints_name_what_they_prune():
     assert epi.check(conv((1, 8, 9, 9), out=12, kernel=1), Config.of(**dict(base, EPI=1)), H32)
 
 
-def _fragment_banks(ld, ldsm):
-    """The banks the 32 lanes of a warp read for each fragment register: lane (g, t) reads
-    word column t (+4) of rows g (+8) of a local tile of rows `ld` words apart (4-byte banks,
-    32 of them); `ldsm`: an ldmatrix phase (8 rows of 4 words) instead."""
-    if ldsm:
-        return [[(r * ld + w) % 32 for r in range(8) for w in range(4)]]
-    return [[((g + dr) * ld + t + dc) % 32 for g in range(8) for t in range(4)]
-            for dr in (0, 8) for dc in (0, 4)]
-
-
 @pytest.mark.parametrize("bk", [16, 32])
 def test_pad_4_makes_every_fragment_read_conflict_free(bk):
     """The bank analysis of the template's comment: with PAD = 4 a local row is 4 (mod 8) words
     long and every fragment read of a warp (and every 8-row phase of ldmatrix) hits 32
     different banks; without padding some lanes share a bank."""
-    layer = conv(**RESNET_3X3)
-    for pad, free in ((4, True), (0, False)):
-        cfg = Config.of(BM=64, BN=64, BK=bk, WM=2, WN=2, PAD=pad, DBUF=0, CPASYNC=0, LDSM=0,
-                        EPI=0)
-        ld = V.template_params(layer, cfg)["LD"]
-        assert ld == bk + pad and ld % 4 == 0               # float4 rows stay aligned
-        for phase in (False, True):
-            for banks in _fragment_banks(ld, phase):
-                assert (len(set(banks)) == 32) == free, (bk, pad, phase)
+    mh.assert_pad_4_conflict_free(V, bk, per_word=1)
 
 
 def _staged_banks(bn, eld):
@@ -316,42 +229,22 @@ def test_the_kernel_reads_float4_and_stores_float2_in_nhwc(monkeypatch):
     assert V.buffers(layer, cfg) == {"wpack": 32 * 32}
 
 
-def _cpp(src, *defines):
-    return subprocess.run([shutil.which("cpp"), "-P", *defines], input=src,
-                          capture_output=True, text=True, check=True).stdout
-
-
 def test_nvidia_s_compiler_gets_the_ptx_and_every_other_the_emulation(monkeypatch):
-    if shutil.which("cpp") is None:
-        pytest.skip("no C preprocessor (cpp) here")
     layer = conv(**RESNET_3X3)
-    cfg = pick(layer, H32, CPASYNC=3, LDSM=1, EPI=1)
-    monkeypatch.delenv(EMULATE_ENV, raising=False)
-    src = V.render(layer, cfg, "k")
-    nv = _cpp(src, "-Dcl_nv_compiler_options")
+    nv, other = mh.preprocessed(V, layer, pick(layer, H32, CPASYNC=3, LDSM=1, EPI=1),
+                                monkeypatch)
     for ins in ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "cvt.rna.tf32.f32",
                 "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "cp.async.cg.shared.global",
                 "cp.async.commit_group", "cp.async.wait_group 1"):
         assert ins in nv, ins
     assert "0xffffe000u" not in nv and "lx[lane]" not in nv and "mx[r_ * 8 + p_]" not in nv
-    other = _cpp(src)
-    assert "asm" not in other and "0xffffe000u" in other and "lx[lane]" in other
+    assert "0xffffe000u" in other and "lx[lane]" in other
     assert "fma(as_float(mx[r_ * 8 + p_]), as_float(mx[128 + c_ * 8 + p_]), s_)" in other
-    monkeypatch.setenv(EMULATE_ENV, "1")
-    assert "asm" not in _cpp(V.render(layer, cfg, "k"), "-Dcl_nv_compiler_options")
 
 
 # -- the PTX through clang (nvptx) and ptxas ---------------------------------------------------
 
-# points across the space's data movement: the register double buffer, cp.async in 2 and 3
-# stages, ldmatrix with B by .x4 (NI even) and .x2 (NI odd), no padding, a K step of 32, the
-# staged epilogue (with the register double buffer, with cp.async and ldmatrix, and with a
-# 128-pixel tile in four passes)
-PTX_POINTS = [dict(DBUF=1, CPASYNC=0, LDSM=0, BK=16, EPI=0), dict(CPASYNC=3, LDSM=1, BK=16, EPI=0),
-              dict(CPASYNC=2, LDSM=0, PAD=0, EPI=0),
-              dict(DBUF=0, CPASYNC=0, LDSM=1, BN=32, WN=4, EPI=0),
-              dict(DBUF=1, LDSM=1, BK=32, EPI=0), dict(DBUF=1, CPASYNC=0, LDSM=0, BK=16, EPI=1),
-              dict(CPASYNC=3, LDSM=1, BK=16, EPI=1), dict(BM=128, BN=64, DBUF=1, EPI=1)]
+PTX_POINTS = mh.ptx_points(16)             # BK 16 and 32: 64 and 128 bytes of k
 
 
 def test_the_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm_90(tmp_path, monkeypatch):
@@ -362,45 +255,23 @@ def test_the_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm_90(tmp_path, mon
     and the registers() estimate within 35% of ptxas's count. The staged epilogue (EPI = 1)
     stores one st.global.v4.f32 per output vector; the direct one stores float2 (v2). What
     the instructions compute is tested through the emulation (PoCL) and on the H100."""
-    from test_conv_mma_f16_nhwc import NVPTX_PRELUDE, _clang_nvptx, _to_ptx
-    clang, ptxas = _clang_nvptx()
     monkeypatch.delenv(EMULATE_ENV, raising=False)
     layer = conv((8, 64, 14, 14), res=True, out=64, kernel=3, pad=1, act="relu")
-    for want in PTX_POINTS:
-        cfg = pick(layer, H32, **want)
-        p = V.template_params(layer, cfg)
-        rc, ptx, err = _to_ptx(clang, NVPTX_PRELUDE + V.render(layer, cfg, "k"))
-        assert rc == 0, f"[{cfg}] {err[-2000:]}"
+
+    def check_ptx(cfg, p, ptx):
         # the main loop's body is one K step: MI x NI mmas per 8-deep k-step, 4 MI words rounded
         ksteps = cfg["BK"] // 8
         assert ptx.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == \
             p["MI"] * p["NI"] * ksteps, cfg
         assert ptx.count("cvt.rna.tf32.f32") == 4 * p["MI"] * ksteps + 1, cfg
-        assert ("cp.async.cg.shared.global" in ptx) == bool(cfg["CPASYNC"]), cfg
-        ldsm = "ldmatrix.sync.aligned.m8n8.x2" if p["NI"] % 2 else \
-            "ldmatrix.sync.aligned.m8n8.x4"
-        assert (ldsm in ptx) == bool(cfg["LDSM"]), cfg
         stores = re.findall(r"st\.global\.v4\.f32", ptx)
         assert len(stores) == (p["MI"] * p["E_ITERS"] if cfg["EPI"] else 0), (cfg, len(stores))
         assert bool(re.search(r"st\.global\.v2\.f32", ptx)) == (not cfg["EPI"]), cfg
         assert "st.local" not in ptx and "ld.local" not in ptx, cfg
-        (tmp_path / "k.ptx").write_text(ptx)
-        run = subprocess.run([ptxas, "--gpu-name", "sm_90", "-v", str(tmp_path / "k.ptx"),
-                              "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True)
-        assert run.returncode == 0, f"[{cfg}] {run.stderr[-2000:]}"
-        m = re.search(r"entry function 'k'.*?(\d+) bytes spill stores.*?Used (\d+) registers",
-                      run.stderr, re.S)
-        assert m, run.stderr
-        spills, regs = int(m.group(1)), int(m.group(2))
-        assert spills == 0, (cfg, run.stderr)
-        est = V.registers(layer, cfg)
-        assert 0.65 * regs <= est <= 1.35 * regs, (cfg, est, regs)
-    # and the assembler does refuse a broken kernel: the check can fail
-    bad = ptx.replace("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
-                      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f64", 1)
-    (tmp_path / "bad.ptx").write_text(bad)
-    assert subprocess.run([ptxas, "--gpu-name", "sm_90", str(tmp_path / "bad.ptx"), "-o",
-                           str(tmp_path / "bad.cubin")], capture_output=True).returncode != 0
+
+    mh.assert_ptx_assembles(V, layer, H32, PTX_POINTS,
+                            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", tmp_path,
+                            check_ptx)
 
 
 # -- on PoCL: the emulated mma, ldmatrix and cp.async -----------------------------------------
@@ -436,10 +307,7 @@ QUICK = ("k1_tails", "k3_p1_residual_relu", "k1_s2_odd_k", "k3x2_dilated_residua
 @functools.lru_cache(maxsize=None)
 def case(lid):
     shape, attrs, res, _ = SHAPES[lid]
-    layer = conv(shape, res=res, **attrs)
-    rng = np.random.default_rng(zlib.crc32(lid.encode()))
-    xs, prm = harness.random_inputs(layer, rng)
-    return layer, xs, prm
+    return mh.random_case(conv(shape, res=res, **attrs), lid)
 
 
 def model_of(layer, xs, prm):
@@ -449,14 +317,7 @@ def model_of(layer, xs, prm):
     return reference.forward(layer, [round_tf32(xs[0])] + list(xs[1:]), p)
 
 
-def run_point(layer, xs, prm, cfg, ctx, program=None, source=None):
-    """The layer's logical NCHW output from `cfg`, its inputs given in NHWC and its output read
-    from NHWC as the tuner does (protocol.Kernel), the output poisoned first."""
-    k = protocol.Kernel(ctx[0], ctx[1], layer, V, cfg, xs, prm, program=program, source=source)
-    k.poison()
-    k.run(0)
-    k.finish()
-    return k.output()
+run_point = functools.partial(mh.run_point, V)
 
 
 def check_point(layer, xs, prm, cfg, ctx, program=None, source=None):
@@ -558,13 +419,6 @@ STAGED = {
 STAGED_QUICK = ("tails_cpasync3_ldsm",)
 
 
-def _pocl_local(program):
-    """The local memory PoCL reports for a program's kernels (the largest)."""
-    _, _, dev = harness.context_for(POCL)
-    info = harness.cl().kernel_work_group_info.LOCAL_MEM_SIZE
-    return max(k.get_work_group_info(info, dev) for k in program.all_kernels())
-
-
 @pytest.mark.parametrize("sid", [sid if sid in STAGED_QUICK
                                  else pytest.param(sid, marks=pytest.mark.slow)
                                  for sid in STAGED])
@@ -573,12 +427,7 @@ def test_the_staged_epilogue_is_bitwise_the_direct_one(emulated, sid):
     residual and activation, per element), and so matches the model; its local memory is
     what PoCL reports for the kernel."""
     target, ctx = emulated
-    shape, attrs, res, want = STAGED[sid]
-    layer = conv(shape, res=res, **attrs)
-    rng = np.random.default_rng(zlib.crc32(sid.encode()))
-    xs, prm = harness.random_inputs(layer, rng)
-    staged = pick(layer, target, EPI=1, **want)
-    p = V.template_params(layer, staged)
+    layer, xs, prm, staged, p = mh.staged_case(V, STAGED, sid, target)
     if sid == "ldsm_x2_half_a_pass":
         assert p["NI"] % 2 == 1
     if sid == "pass_beyond_the_stages":
@@ -586,26 +435,15 @@ def test_the_staged_epilogue_is_bitwise_the_direct_one(emulated, sid):
         assert p["SMEM"] == 64 * (128 + 8) > stages and p["MCHK"] and p["NCHK"]
     if sid.startswith("tails"):
         assert p["MCHK"] and p["NCHK"] and p["KCHK"]
-    src = V.render(layer, staged, "k")
-    program = harness.build(ctx[0], src)
-    assert _pocl_local(program) == V.local_mem_bytes(layer, staged)
-    got = check_point(layer, xs, prm, staged, ctx, program, src)
-    direct = run_point(layer, xs, prm, _with(staged, EPI=0), ctx)
-    assert np.array_equal(got, direct), f"{np.mean(got != direct):.3%} differ"
+    mh.assert_staged_is_direct(V, layer, xs, prm, staged, ctx, check_point)
 
 
 def test_the_check_sees_a_wrong_layout(emulated):
     """The same kernel read back as if it wrote NCHW is far from the reference: the tests above
     pass because the output is NHWC, not whatever the check would accept."""
     target, ctx = emulated
-    layer, xs, prm = case("k3_p1_residual_relu")
-    k = protocol.Kernel(ctx[0], ctx[1], layer, V, V.fallback(layer, target), xs, prm)
-    k.run(0)
-    k.finish()
-    nhwc_as_nchw = k.runs[0].read_output()
-    ref = protocol.Reference(layer, xs, prm)
-    assert not ref.check(nhwc_as_nchw, precision="tf32")["ok"]
-    assert ref.check(k.output(), precision="tf32")["ok"]
+    mh.assert_the_check_sees_a_wrong_layout(V, case("k3_p1_residual_relu"), target, ctx,
+                                            "tf32")
 
 
 # -- on an NVIDIA GPU: the inline PTX -----------------------------------------------------------
@@ -614,11 +452,6 @@ def test_the_check_sees_a_wrong_layout(emulated):
 def gpu():
     from devices import h100_tensor_cores
     return h100_tensor_cores("tf32")
-
-
-# the knobs whose PTX the H100 has not run yet in this variant: a point with one of them that
-# the driver does not build is reported, not failed (the tuner prunes it as build_failed)
-UNMEASURED = ("CPASYNC", "LDSM", "EPI")
 
 
 @pytest.mark.gpu
@@ -633,63 +466,17 @@ def test_ptx_conv_mma_tf32_nhwc_against_the_model(gpu, monkeypatch):
     reported (printed and warned), not failed."""
     target, ctx = gpu
     monkeypatch.delenv(EMULATE_ENV, raising=False)
-    rows, failed, unbuilt, t0 = [], [], [], time.time()
-    for lid in SHAPES:
-        layer, xs, prm = case(lid)
-        pts = _part(layer, target).points
-        extra = [pick(layer, target, **w) for w in SHAPES[lid][3]]
-        for want in (dict(DBUF=1, CPASYNC=0, LDSM=0), dict(CPASYNC=2), dict(CPASYNC=3),
-                     dict(LDSM=1), dict(EPI=1)):
-            extra += [c for c in pts if all(c[k] == v for k, v in want.items())][:1]
-        fb = V.fallback(layer, target)
-        extra += [c for c in (_with(fb, EPI=1),) if c in pts]
-        done = {}
-        for cfg in dict.fromkeys([fb] + extra):
-            src = V.render(layer, cfg, "k")
-            try:
-                program = harness.build(ctx[0], src)
-            except KernelBuildError as e:
-                log = " ".join(str(e.log or e).split())[:400]
-                (unbuilt if any(cfg[k] for k in UNMEASURED) else failed).append(
-                    f"{lid} [{cfg}]: not built: {log}")
-                rows.append(f"{lid} [{cfg}]: NOT BUILT")
-                continue
-            try:
-                binary = program.binaries[0]
-                assert b"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in binary
-                assert b"cvt.rna.tf32.f32" in binary
-                assert (b"cp.async" in binary) == bool(cfg["CPASYNC"]), "cp.async in the binary"
-                assert (b"ldmatrix" in binary) == bool(cfg["LDSM"]), "ldmatrix in the binary"
-                out = check_point(layer, xs, prm, cfg, ctx, program, src)
-                twin = _with(cfg, EPI=1 - cfg["EPI"])
-                if twin in done:
-                    assert np.array_equal(out, done[twin]), "EPI 0 and 1 differ"
-                done[cfg] = out
-                rows.append(f"{lid} [{cfg}]: ok")
-            except Exception as e:                      # noqa: BLE001 (every point reported)
-                failed.append(f"{lid} [{cfg}]: {type(e).__name__}: {e}")
-                rows.append(f"{lid} [{cfg}]: FAILED")
-    print(f"conv_mma_tf32_nhwc on the GPU ({time.time() - t0:.0f} s):", *rows, sep="\n  ")
-    for u in unbuilt:
-        warnings.warn(f"conv_mma_tf32_nhwc: the driver does not build {u}")
-    assert not failed, "\n".join(failed)
-    assert sum(r.endswith(": ok") for r in rows) >= len(SHAPES)
+
+    def check_binary(cfg, binary):
+        assert b"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in binary
+        assert b"cvt.rna.tf32.f32" in binary
+        assert (b"cp.async" in binary) == bool(cfg["CPASYNC"]), "cp.async in the binary"
+        assert (b"ldmatrix" in binary) == bool(cfg["LDSM"]), "ldmatrix in the binary"
+
+    mh.ptx_sweep(V, SHAPES, case, target, ctx, check_point, check_binary)
 
 
 # -- a tf32 library on PoCL ---------------------------------------------------------------------
-
-NET = """name: tfnhwc
-input: [2, 3, 10, 10]
-layers:
-  - {name: c0, op: conv, out: 16, kernel: 3, pad: 1, act: relu}
-  - {name: c1, op: conv, out: 16, kernel: 3, pad: 1, act: relu}
-  - {name: c2, op: conv, out: 16, kernel: 1}
-  - {name: add, op: add, inputs: [c2, c0], act: relu}
-  - {name: c3, op: conv, out: 24, kernel: 3, stride: 2, pad: 1, act: relu}
-  - {name: gap, op: global_avgpool}
-  - {name: fc, op: dense, out: 5}
-"""
-
 
 def test_a_tf32_library_runs_it_in_nhwc_and_checks_against_the_tf32_model(emulated, tmp_path,
                                                                           monkeypatch):
@@ -698,41 +485,7 @@ def test_a_tf32_library_runs_it_in_nhwc_and_checks_against_the_tf32_model(emulat
     converting c0's output (C = 3 in: another variant, NCHW) once for both of its readers and
     c3's back for the pool; its header names the three as TF32 layers, and --check compares
     with the reference whose TF32 layers' operands are rounded, within what FP32 sums leave."""
-    from aotconv.compiler import compile_network
-    from aotconv.context import BuildContext
-    from aotconv.passes import fuse_residual, optimise
-    from aotconv.spec import load_network
-    from aotconv.tune.measure import Outcome, Status
-    from aotconv.tune.records import Key, Store
-    monkeypatch.setenv("AOTCONV_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("AOTCONV_SHIPPED_RECORDS", "0")
-    (tmp_path / "tfnhwc.yaml").write_text(NET)
-    db = tmp_path / "records.jsonl"
-    with BuildContext.make("pocl-cpu", mode="records", precision="tf32") as ctx:
-        store = Store(write=[db])
-        net = optimise(load_network(str(tmp_path / "tfnhwc.yaml")))
-        fused = fuse_residual(net, ["c2"])
-        assert V.supports(net.layer("c0")) is not None
-        for layer, epi in ((net.layer("c1"), 0), (net.layer("c2"), 1), (fused.layer("c2"), 1),
-                           (net.layer("c3"), 1)):
-            store.append(Key(layer, V, ctx.target, ctx.device),
-                         _with(V.fallback(layer, ctx.target), EPI=epi),
-                         Outcome(Status.OK, 1e-3, (1e-3,)))
-    res = compile_network(str(tmp_path / "tfnhwc.yaml"), target="pocl-cpu",
-                          outdir=tmp_path / "out", tune_mode="records", tuning_db=str(db),
-                          check=True, quiet=True, precision="tf32")
-    sch = res.schedule
-    assert {n: c.variant for n, c in sch.choices.items() if n in ("c1", "c2", "c3")} == \
-        {"c1": V.name, "c2": V.name, "c3": V.name}
-    assert [sch.choices[n].cfg["EPI"] for n in ("c1", "c2", "c3")] == [0, 1, 1]
-    c2 = sch.net.layer("c2")
-    assert c2.attrs.get("residual") and "add" not in [l.name for l in sch.net.layers]
-    converts = {l.name: (l.inputs[0], l.attrs["src"], l.attrs["dst"])
-                for l in sch.net.layers if l.op == "layout_convert"}
-    to_nhwc = [n for n, (t, a, b) in converts.items() if t == "c0" and b == "NHWC"]
-    assert len(to_nhwc) == 1 and c2.inputs[1] == to_nhwc[0] \
-        and sch.net.layer("c1").inputs == to_nhwc
-    assert any(t == "c3" and (a, b) == ("NHWC", "NCHW") for t, a, b in converts.values())
+    res = mh.library_on_the_variant(V, "tfnhwc", "tf32", tmp_path, monkeypatch)
     assert "TF32 layers' operands rounded" in res.check_reference
     assert res.check_error is not None and res.check_error <= 1e-5
     header = (tmp_path / "out" / "tfnhwc.h").read_text()
