@@ -158,6 +158,30 @@ def test_a_shipped_record_without_epi_is_its_point_with_epi_0(monkeypatch):
     assert {c.cfg for c in known} == set(got)
 
 
+def test_an_edit_of_the_shared_sources_makes_both_variants_records_stale(tmp_path,
+                                                                          monkeypatch):
+    """conv_mma_f16_nhwc and conv_mma_tf32_nhwc render from a shared template and module
+    besides their own (the templates include the one the hash reads): an edit of either
+    changes both variants' template hash, part of every record's key, as an edit of a
+    variant's own template does, so no record made before it is taken as current."""
+    from aotconv.variants import mma_nhwc
+    from aotconv.variants.base import TEMPLATE_DIR
+    both = [V, BY_NAME["conv_mma_tf32_nhwc"]]
+    shared = mma_nhwc.SHARED_SOURCES
+    for v in both:
+        assert f'file="{shared[0].name}"' in (TEMPLATE_DIR / v.template).read_text()
+    before = [v.template_hash() for v in both]
+    assert before == [v.template_hash() for v in both]
+    for i, path in enumerate(shared):
+        edited = tmp_path / path.name
+        edited.write_bytes(path.read_bytes() + b"\n")
+        monkeypatch.setattr(mma_nhwc, "SHARED_SOURCES", shared[:i] + (edited,) + shared[i + 1:])
+        after = [v.template_hash() for v in both]
+        assert after[0] != before[0] and after[1] != before[1], path.name
+    monkeypatch.setattr(mma_nhwc, "SHARED_SOURCES", shared)
+    assert [v.template_hash() for v in both] == before
+
+
 def test_the_staged_epilogue_needs_k_multiple_of_8():
     by = {c.name: c for c in V.constraints}["epilogue_whole_vectors"]
     base = Config.of(BM=64, BN=64, BK=32, WM=2, WN=2, PAD=4, DBUF=0, CPASYNC=0, LDSM=0, EPI=1)

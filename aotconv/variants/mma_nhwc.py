@@ -12,14 +12,21 @@ parameterised by `element`; each variant's module holds its constraints (their o
 own: `aotconv space` reports them in it), its knob BK, its fallbacks and its domain.
 """
 from dataclasses import dataclass
+import hashlib
+from pathlib import Path
 
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, ceil_div, \
-    pow2_at_least, round_up
+from .base import TEMPLATE_DIR, Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, \
+    ceil_div, pow2_at_least, round_up
 from .conv_common import conv_sizes, domain_reason
 from .conv_igemm import needs_bounds
 from .conv_mma import _frags, _wg, emulated
 from .limits import first_valid
 from .residual import with_residual
+
+
+# What both variants' kernels come from besides their own template and class: the shared
+# template (loads, mma, main loop, epilogues) and this module (space, geometry, launches)
+SHARED_SOURCES = (TEMPLATE_DIR / "kernels" / "_mma_nhwc.mako", Path(__file__))
 
 
 @dataclass(frozen=True)
@@ -168,6 +175,14 @@ class MmaNhwc(Variant):
     element = None              # HALF or FLOAT
     bk = None                   # the Knob BK: its values count elements
     fallbacks = ()
+
+    def template_hash(self):
+        """Variant.template_hash and the shared sources: an edit of either makes the records of
+        both variants stale (kept only where they name the kernel still rendered)."""
+        h = hashlib.sha256(super().template_hash().encode())
+        for path in SHARED_SOURCES:
+            h.update(path.read_bytes())
+        return h.hexdigest()[:16]
 
     # -- domain ---------------------------------------------------------------------------------
     def supports(self, layer):
