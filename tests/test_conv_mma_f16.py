@@ -31,9 +31,8 @@ import zlib
 import numpy as np
 import pytest
 
-from aotconv import cli, harness, ops, protocol
+from aotconv import cli, harness, protocol
 from aotconv.context import with_precision
-from aotconv.graph import Layer
 from aotconv.space import fallback_point, layer_space, variant_space
 from aotconv.targets import TARGETS
 from aotconv.tune.measure import Outcome, Status
@@ -51,19 +50,10 @@ POCL = TARGETS["pocl-cpu"]
 
 
 def conv(in_shape, storage="fp16", res=False, **raw):
-    """A conv layer as a build of `storage` holds it; `res`: with an add fused in (a second
-    input of the output's shape)."""
-    a = ops.normalise("conv", dict(raw))
-    if storage == "fp16":
-        a["storage"] = "fp16"
-    out, params = ops.infer("conv", a, [tuple(in_shape)])
-    layer = Layer("conv", "conv", a, ["input"], in_shapes=[tuple(in_shape)], out_shape=out,
-                  params=params)
-    if res:
-        layer.attrs = dict(layer.attrs, residual=True)
-        layer.inputs = ["input", "skip"]
-        layer.in_shapes = [tuple(in_shape), tuple(out)]
-    return layer
+    """A conv layer as a build of `storage` (half by default here) holds it; `res`: with an
+    add fused in."""
+    from mma_nhwc_helpers import conv as held
+    return held(in_shape, storage, res, **raw)
 
 
 RESNET_3X3 = dict(in_shape=(1, 128, 28, 28), out=128, kernel=3, pad=1, act="relu")

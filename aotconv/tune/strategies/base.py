@@ -107,7 +107,6 @@ class Evaluator:
         self.pending = {}              # index -> the time it was put in flight (streaming)
         self.queued = []               # the strategy's picks waiting for a free slot
         self._done = queue.Queue()     # (index, cost, error, when) as results come back
-        self._threads = []
         self._last = None              # the previous result's arrival (or the stream's start)
 
     @property
@@ -241,7 +240,6 @@ class Evaluator:
             self._done.put((i, cost, error, time.monotonic()))
 
         t = threading.Thread(target=one, name="aotconv-stream", daemon=True)
-        self._threads = [x for x in self._threads if x.is_alive()] + [t]
         t.start()
 
     def _collect(self, need):
