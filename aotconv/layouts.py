@@ -223,9 +223,46 @@ def layout_options(net, choices, ctx):
             ms = o.time_ms + extra_ms(impl, l, cand.cfg, ctx.profile)   # launches priced
             if lay != mine and (lay not in best or ms < best[lay][0]):
                 best[lay] = (ms, cand, o.time_ms)
+        carried = {}
+        if chosen.time_ms is None:
+            # a carried kernel: the twin (the conv the fusion took it from) measured it in
+            # other layouts too; each is planned at its twin's time, as the carried one is
+            carried = _carried_options(l, ctx, mine, exclude=set(r.outcomes))
+            for lay, (ms, cand, _) in list(carried.items()):
+                if lay in best and best[lay][0] <= ms:
+                    del carried[lay]
         for lay, (_, cand, ms) in sorted(best.items()):
-            out[l.name].append(Choice(cand.variant, cand.cfg, ms, chosen.source, chosen.stats))
+            if lay not in carried:
+                out[l.name].append(Choice(cand.variant, cand.cfg, ms, chosen.source,
+                                          chosen.stats))
+        for lay, (_, cand, ms) in sorted(carried.items()):
+            out[l.name].append(Choice(cand.variant, cand.cfg, None, chosen.source,
+                                      chosen.stats, plan_ms=ms))
     return out
+
+
+def _carried_options(layer, ctx, mine, exclude=()):
+    """{(read, write): (ms priced, Candidate, ms)}: per layout pair other than `mine`, the
+    fastest point the records of `layer`'s twins measured that is also a point of `layer`'s
+    space (records.twin_points), its launches priced. A residual fusion carried onto its
+    conv's kernel is planned at the conv's time (fusion._carried); the conv's search measured
+    it in other layouts as well, and those are the same kernels with the residual read in the
+    epilogue. ResNet-50 b1 guided for 90 s on an H100: the carried NHWC kernel of layer2's
+    fused 1x1 convs sat between CHWN neighbours, and the only other option, their fallback
+    in NCHW (24.3 us, the one point their own search measured), won over two conversions,
+    where the conv's search had measured a CHWN kernel at 12 us."""
+    from .tune.records import twin_points
+    from .variants import BY_NAME
+    best = {}
+    for _, _, cand, o in twin_points(layer, ctx.target, ctx.store, ctx.device, exclude):
+        if o.time_ms is None:
+            continue
+        impl = BY_NAME[cand.variant]
+        lay = tuple(impl.layouts_of(layer, cand.cfg))
+        ms = o.time_ms + extra_ms(impl, layer, cand.cfg, ctx.profile)
+        if lay != mine and (lay not in best or ms < best[lay][0]):
+            best[lay] = (ms, cand, o.time_ms)
+    return best
 
 
 @dataclass

@@ -245,15 +245,13 @@ class Borrowed:
         return f"record of {self.epilogue}"
 
 
-def borrow(layer, target, store, device=None, exclude=()):
-    """The Borrowed point of `layer` (which has no usable record of its own): of the ok
-    records of its twins (Store.twins) that match a Key of the twin (this device, or the
-    target's name when absent; this version; the variant's template or kernel hash), the
-    fastest whose point is a point of `layer`'s own space (its variant serves this layer's
-    epilogue and this build's precision, the configuration passes this layer's constraints
-    and the target's limits: space.checked_space), `exclude` (Candidates this layer's own
-    records say failed) left out; None when there is none. Ties: the twin's signature, then
-    the point, in text order."""
+def twin_points(layer, target, store, device=None, exclude=()):
+    """[(cost, twin op, Candidate, Outcome)]: the ok records of `layer`'s twins (Store.twins)
+    that match a Key of the twin (this device, or the target's name when absent; this version;
+    the variant's template or kernel hash) and whose point is a point of `layer`'s own space
+    (its variant serves this layer's epilogue and this build's precision, the configuration
+    passes this layer's constraints and the target's limits: space.checked_space), `exclude`
+    (Candidates) left out. The times are the twins': not this layer's."""
     from ..space import Candidate, checked_space
     from ..variants import for_layer
     found = []
@@ -269,13 +267,20 @@ def borrow(layer, target, store, device=None, exclude=()):
                 if o.ok and Candidate(v.name, cfg) not in exclude:
                     found.append((o.cost, op, Candidate(v.name, cfg), o))
     if not found:
-        return None
+        return []
     points = {}
     for _, _, c, _ in found:
         points.setdefault(c.variant, []).append(c.cfg)
     sp = checked_space(layer, target, points)
     valid = {Candidate(p.variant.name, c) for p in sp.parts for c in p.points}
-    found = [f for f in found if f[2] in valid]
+    return [f for f in found if f[2] in valid]
+
+
+def borrow(layer, target, store, device=None, exclude=()):
+    """The Borrowed point of `layer` (which has no usable record of its own): the fastest of
+    its twin_points, `exclude` (Candidates this layer's own records say failed) left out; None
+    when there is none. Ties: the twin's signature, then the point, in text order."""
+    found = twin_points(layer, target, store, device, exclude)
     if not found:
         return None
     _, op, cand, o = min(found, key=lambda f: (f[0], f[1], str(f[2])))
