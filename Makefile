@@ -29,10 +29,12 @@ demo: deps
 # Every test but the slow tier (marker `slow`, tests/conftest.py: the heavy PoCL sweeps'
 # extra cases and the big network builds); what CI runs (docs/testing.md). TEST_JOBS pytest
 # workers (pytest-xdist), a test file to a worker: PoCL compiles each kernel on one core, and
-# an empty kernel cache (a fresh machine) makes that most of the time
+# an empty kernel cache (a fresh machine) makes that most of the time. The `timing` tests (a
+# search against a scaled wall clock) run after the others, alone on the cores
 TEST_JOBS ?= 2
 test: deps
-	$(BIN)/python -m pytest -q -x -m "not slow" -n $(TEST_JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q -x -m "not slow and not timing" -n $(TEST_JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q -x -m "timing and not slow"
 
 # Every test, the slow tier included
 test-full: deps

@@ -42,6 +42,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "device: needs an OpenCL device (PoCL in CI)")
     config.addinivalue_line("markers", "gpu: needs a GPU target's device")
     config.addinivalue_line("markers", "slow: heavy PoCL sweeps: `make test-full`")
+    config.addinivalue_line("markers", "timing: a search against a scaled wall clock, whose "
+                            "counts a second test process on the same cores can starve: "
+                            "`make test` runs these alone, after the others")
 
 
 _PARAM = type(pytest.param(None))

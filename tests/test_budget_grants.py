@@ -32,6 +32,8 @@ from aotconv.tune.records import Key, Store
 from aotconv.tune.search import Clock, est_seconds, tune_network, unique_layers
 from aotconv.variants import for_layer
 
+pytestmark = pytest.mark.timing
+
 H100 = get_target("h100")
 TIME_DIV = 8.0
 BUDGET_S = 90.0

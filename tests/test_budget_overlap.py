@@ -20,6 +20,8 @@ from aotconv.tune.measure import MeasurerBase, Outcome, Phases, Status
 from aotconv.tune.records import Store
 from aotconv.tune.search import Clock, tune_network, unique_layers
 
+pytestmark = pytest.mark.timing
+
 H100 = get_target("h100")
 POCL = get_target("pocl-cpu")
 SCHED_S = 0.15       # seconds of thread scheduling a timed test allows beyond its rule
