@@ -9,7 +9,7 @@ import pytest
 from aotconv import layouts, passes
 from aotconv.choose import Choice
 from aotconv.context import BuildContext
-from aotconv.space import point_ok
+from aotconv.space import point_ok, variant_space
 from aotconv.spec import network_from_dict
 from aotconv.targets import get_target
 from aotconv.tune.measure import Outcome, Status
@@ -112,3 +112,36 @@ def test_the_fused_layers_own_faster_point_is_kept(setup, tmp_path):
     chwn = [c for c in options(fused, db, carried)
             if layouts.layouts_of(f, c) == ("CHWN", "CHWN")]
     assert [(c.cfg, c.time_ms) for c in chwn] == [(cfg, 0.9)]
+
+
+# -- on PoCL: the kernels a carried residual may take, in each layout --------------------------
+
+def residual_layer(batch):
+    net = passes.optimise(network_from_dict({
+        "name": "n", "input": [batch, 16, 7, 6],
+        "layers": [dict(name="c", op="conv", out=16, kernel=3, pad=1),
+                   dict(name="a", op="add", inputs=["input", "c"], act="relu")]}))
+    return passes.fuse_residual(net, ["c"]).layer("c")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("layout", ["NCHW", "CHWN", "NHWC"])
+@pytest.mark.parametrize("ksplit", [1, 2])
+def test_conv_igemm_computes_the_fused_residual_in_each_layout(layout, ksplit):
+    """The conv's kernel run as the fused layer, in each layout its LAYOUT knob offers (batch 2,
+    so that CHWN is not NCHW's storage), split-K included (the residual is added once), checked
+    as the tuner checks a candidate: inputs and output in the kernel's layout, against the
+    float64 reference of the conv and the add."""
+    import numpy as np
+    from aotconv import harness
+    pocl = get_target("pocl-cpu")
+    layer = residual_layer(2)
+    v = BY_NAME["conv_igemm"]
+    cfg = next((c for c in variant_space(layer, v, pocl, explain=False).points
+                if c["LAYOUT"] == layout and c["KSPLIT"] == ksplit), None)
+    assert cfg is not None, f"conv_igemm has no point of LAYOUT={layout} KSPLIT={ksplit} here"
+    assert tuple(v.layouts_of(layer, cfg)) == (layout, layout)
+    ctx, queue, _ = harness.context_for(pocl)
+    xs, prm = harness.random_inputs(layer, np.random.default_rng(7))
+    got = harness.verify_point(ctx, queue, layer, v, cfg, xs, prm)
+    assert got["ok"], got
