@@ -152,14 +152,9 @@ def cmd_build(a):
                           binaries=not a.no_binaries, precision=a.precision,
                           recheck=a.recheck)
     if res.check_error is not None:
-        ok = res.check_error <= 1e-3
-        why = ""
-        if not ok and res.check_resolution is not None:
-            why = (f"; the same reference computed in float32 differs from it by "
-                   f"{res.check_resolution:.2e}: this network amplifies the values that two "
-                   f"evaluations round to neighbouring halves, docs/precision.md")
-        print(f"check against {res.check_reference}: max hybrid error {res.check_error:.2e} "
-              f"({'ok' if ok else 'FAILED'}{why})")
+        from .precision import verdict
+        ok, text = verdict(res.check_error, res.check_tolerance, res.check_spread)
+        print(f"check against {res.check_reference}: {text}")
         if not ok:
             return 1
     if not a.quiet:

@@ -39,8 +39,8 @@ class BuildResult:
     profile: list = None     # [(kernel, ms)] median over runs, when the device was present
     check_error: float = None
     check_reference: str = "numpy"   # what --check compared with (onnxruntime for .onnx)
-    check_resolution: float = None   # an fp16 --check that failed: how far its reference
-                                     # computed in float32 is from it (HalfReference)
+    check_tolerance: float = None    # what --check admitted (None: T); past T only for a
+    check_spread: float = None       # reduced-precision reference, from its spread there
     programs: object = None  # binaries.ProgramPlan: joined or per layer, binaries embedded
     times: object = None     # buildtime.BuildTimes: where the build's time went
     runs: int = 5            # the profiled runs of the library that `profile` is the median of
@@ -57,6 +57,8 @@ class SizeResult:
     schedule: object
     profile: list = None
     check_error: float = None
+    check_tolerance: float = None
+    check_spread: float = None
 
     @property
     def net(self):
@@ -232,11 +234,11 @@ def _build_into(od, ctx, job, quiet, closing=None):
             else:
                 # a time budget's end, less the build's own end after them, cuts the
                 # profiled runs to what fits (one at least)
-                res.profile, res.check_error, res.runs = measure_library(
+                res.profile, judged, res.runs = measure_library(
                     stage, job.net0, flat, job.seed, job.check, ref=refs[0],
                     until=clock.end - clock.end_s if clock is not None else None)
+                res.check_error, res.check_tolerance, res.check_spread = judged
         res.check_reference = getattr(refs[0], "name", "numpy")
-        res.check_resolution = _check_resolution(res, job, refs)
     elif job.measure:
         log(f"aotconv: the {ctx.profile.name} device is not present: library built, not run; "
             f"report.md has no measured times", quiet)
@@ -349,15 +351,18 @@ def _reference(u, job, flat, sch):
     return lambda x: run_network(u.net0, x, params_mod.split(u.net0, flat))
 
 
-def _check_resolution(res, job, refs):
-    """Where an fp16 build's --check failed: how far its reference computed in float32 is
-    from it (precision.HalfReference.resolution), what the check cannot resolve on this
-    network; else None."""
+def judge(out, ref, x):
+    """(error, tolerance, spread) of the library's outputs `out` on `x` against the reference
+    `ref`: the largest hybrid error, and what it may be: T, or past T for a reference that
+    rounds as a reduced-precision library does (precision.RoundedReference), T plus twice the
+    spread of the roundings on this network and input (docs/precision.md)."""
     from .protocol import TOLERANCE
-    ref = refs[-1]
-    if res.check_error is None or res.check_error <= TOLERANCE or not hasattr(ref, "resolution"):
-        return None
-    return ref.resolution(random_inputs(job.units[-1].net0, np.random.default_rng(job.seed + 1)))
+    want = ref(x)
+    err = _error(out, want)
+    if err <= TOLERANCE or not hasattr(ref, "spread"):
+        return err, TOLERANCE, None
+    spread = ref.spread(x, want)
+    return err, ref.tolerance(spread), spread
 
 
 def _import_onnx(source, batch, input_shapes):
@@ -382,7 +387,7 @@ def random_inputs(net, rng, n=None):
 
 def measure_library(outdir, net0, flat, seed, check, runs=5, ref=None, until=None):
     """Run the built library on random input (every input of it): (median per-kernel times,
-    the error of the optional numpy check, the runs the median is of). `until`: a
+    (error, tolerance, spread) of the optional check (judge), the runs the median is of). `until`: a
     time.monotonic() deadline (a time budget's end): only the runs that fit by then, at the
     first run's pace, one at least."""
     from .runtime import load
@@ -396,11 +401,11 @@ def measure_library(outdir, net0, flat, seed, check, runs=5, ref=None, until=Non
             once = max(time.monotonic() - t, 1e-3)
             runs = max(1, min(runs, int((until - time.monotonic()) / once)))
         prof = _median_profile(lib, x, runs)
-    err = None
+    judged = (None, None, None)
     if check:
         ref = ref or (lambda x: run_network(net0, x, params_mod.split(net0, flat)))
-        err = _error(out, ref(x))
-    return prof, err, runs
+        judged = judge(out, ref, x)
+    return prof, judged, runs
 
 
 def measure_sizes(outdir, res, job, flat, refs, runs=5):
@@ -416,7 +421,8 @@ def measure_sizes(outdir, res, job, flat, refs, runs=5):
             x = random_inputs(u.net0, rng)
             out = lib(x)
             z.profile = _median_profile(lib, x, runs, batch=z.batch)
-            z.check_error = _error(out, ref(x)) if ref else None
+            if ref:
+                z.check_error, z.check_tolerance, z.check_spread = judge(out, ref, x)
         n, at = between(lib.batch_sizes)
         if job.check and n is not None:
             k = lib.batch_sizes.index(at)
@@ -425,13 +431,34 @@ def measure_sizes(outdir, res, job, flat, refs, runs=5):
                 x[:n] = rng.standard_normal((n,) + x.shape[1:])
             one = len(xs) == 1
             out = lib(xs[0][:n] if one else [x[:n] for x in xs])
-            want = refs[k](xs[0] if one else xs)
-            want = [r[:n] for r in want] if isinstance(want, list) else want[:n]
             res.check_n = n
-            res.check_error = _error(out, want)
+            res.check_error, res.check_tolerance, res.check_spread = judge(
+                out, _first(refs[k], n), xs[0] if one else xs)
     res.profile = [p for z in res.sizes for p in (z.profile or [])]
-    errs = [e for e in [res.check_error] + [z.check_error for z in res.sizes] if e is not None]
-    res.check_error = max(errs) if errs else None
+    # the verdict of the check nearest its tolerance (or past it) stands for the library's
+    checks = [(e, t, s) for e, t, s in [(res.check_error, res.check_tolerance, res.check_spread)]
+              + [(z.check_error, z.check_tolerance, z.check_spread) for z in res.sizes]
+              if e is not None]
+    if checks:
+        res.check_error, res.check_tolerance, res.check_spread = max(
+            checks, key=lambda c: c[0] / c[1])
+
+
+class _first:
+    """A reference whose outputs are those of `ref` cut to their first n samples (the check
+    of an n between two batch sizes); its spread and tolerance cut alike."""
+
+    def __init__(self, ref, n):
+        self.ref, self.n = ref, n
+        if hasattr(ref, "spread"):
+            self.spread = lambda x, want=None: ref.spread(x, want, cut=self.cut)
+            self.tolerance = ref.tolerance
+
+    def __call__(self, x):
+        return self.cut(self.ref(x))
+
+    def cut(self, want):
+        return [r[:self.n] for r in want] if isinstance(want, list) else want[:self.n]
 
 
 def between(sizes):

@@ -227,13 +227,28 @@ def round_tf32(a):
     return np.where(special, u, r).astype(np.uint32).view(np.float32)
 
 
-def network_reference(source, net, x, params, layers):
+def stochastic_tf32(a, rng):
+    """`a` rounded to TF32 at random, as a Monte Carlo model of rounding (not what a kernel
+    does): each float32 value goes to the TF32 value below or above its magnitude with the
+    probability that makes the expected result the value itself (stochastic rounding);
+    values already TF32, infinities and NaNs unchanged."""
+    f = np.ascontiguousarray(np.asarray(a, np.float32))
+    u = f.view(np.uint32)
+    special = (u & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+    low = u & np.uint32(0xFFFFE000)
+    up = rng.random(u.shape) * 0x2000 < (u & np.uint32(0x1FFF))
+    r = np.where(up, low + np.uint32(0x2000), low).astype(np.uint32)
+    return np.where(special, u, r).astype(np.uint32).view(np.float32)
+
+
+def network_reference(source, net, x, params, layers, rounding=None):
     """The float64 outputs of `source` (the network as written) on `x` with `params` ({layer:
     {tensor: array}}), where the conv layers `layers` of `net` (after passes) take their input
     and weight rounded to TF32 as the library's kernels do: a conv with batchnorms folded into
     it (passes.fold_batchnorm) rounds the folded weight w * gamma / sqrt(var + eps), computed
     in double and stored as float as set_params computes it, and the batchnorms then pass its
-    output on. `x`: the input, or the inputs as reference.run_network takes them."""
+    output on. `x`: the input, or the inputs as reference.run_network takes them. `rounding`:
+    what rounds the activations to TF32 instead of round_tf32 (RoundedReference.spread)."""
     from .graph import act_attrs
     from .passes import batchnorm_folds
     from .reference import conv, forward
@@ -263,7 +278,7 @@ def network_reference(source, net, x, params, layers):
             skip[bn] = layer.name
         w = (w * s.reshape(-1, 1, 1, 1)).astype(np.float32)
         b = b.astype(np.float32)
-        xr = round_tf32(ins[0]).astype(np.float64)
+        xr = (rounding or round_tf32)(ins[0]).astype(np.float64)
         wr = round_tf32(w).astype(np.float64)
         has_bias = "bias" in p or chains[layer.name]
         values[layer.name] = conv(xr, wr, b.astype(np.float64) if has_bias else None, a,
@@ -271,7 +286,57 @@ def network_reference(source, net, x, params, layers):
     return [values[o] for o in source.outputs]
 
 
-class TF32Reference:
+SPREAD_SAMPLES = 4         # Monte Carlo evaluations of a rounded reference (spread)
+SPREAD_FACTOR = 2.0        # a reduced-precision --check admits T + this x the spread
+
+
+class RoundedReference:
+    """A reference that rounds as a reduced-precision library rounds, and knows how far the
+    network carries those roundings: `spread`, the farthest of SPREAD_SAMPLES evaluations in
+    which every rounding that the library's precision makes of a computed value is stochastic
+    instead of to nearest (Monte Carlo arithmetic), from the evaluation to nearest."""
+
+    def __call__(self, x):
+        return self.evaluate(x, None)
+
+    def spread(self, x, want=None, samples=SPREAD_SAMPLES, seed=0, cut=None):
+        """The largest hybrid distance on `x` between this reference (`want`: its outputs,
+        when already computed) and `samples` evaluations of it rounded stochastically; `cut`,
+        where given, applied to each evaluation's outputs first (`want` is cut already)."""
+        from .harness import close
+        cut = cut or (lambda v: v)
+        want = cut(self(x)) if want is None else want
+        want = want if isinstance(want, list) else [want]
+        rng = np.random.default_rng(seed)
+        worst = 0.0
+        for _ in range(samples):
+            other = cut(self.evaluate(x, rng))
+            other = other if isinstance(other, list) else [other]
+            worst = max([worst] + [close(a, b)[1] for a, b in zip(other, want)])
+        return worst
+
+    def tolerance(self, spread):
+        """What a library checked against this reference may be off by, in hybrid error, on
+        an input where its spread is `spread` (docs/precision.md, The network's tolerance)."""
+        from .protocol import TOLERANCE
+        return TOLERANCE + SPREAD_FACTOR * spread
+
+
+def verdict(error, tolerance=None, spread=None):
+    """(ok, text) of a --check: its largest hybrid error against the tolerance, and where that
+    is past T, how (RoundedReference.tolerance)."""
+    from .protocol import TOLERANCE
+    tolerance = TOLERANCE if tolerance is None else tolerance
+    ok = error <= tolerance
+    if spread is None:
+        return ok, f"max hybrid error {error:.2e} ({'ok' if ok else 'FAILED'})"
+    return ok, (f"max hybrid error {error:.2e} (tolerance {tolerance:.2e} = T + "
+                f"{SPREAD_FACTOR:g} x {spread:.2e}, the spread of this precision's roundings "
+                f"through this network on this input: {'ok' if ok else 'FAILED'}; "
+                f"docs/precision.md)")
+
+
+class TF32Reference(RoundedReference):
     """What a build whose conv layers `layers` compute in TF32 checks its library against
     (--check): network_reference of the network as written, `source`, with the parameters
     `flat`; callable on an input batch like the other references of aotconv.compiler."""
@@ -281,10 +346,12 @@ class TF32Reference:
     def __init__(self, source, net, flat, layers):
         self.source, self.net, self.flat, self.layers = source, net, flat, list(layers)
 
-    def __call__(self, x):
+    def evaluate(self, x, rng):
+        """The outputs on `x`; with `rng`, each activation rounded to TF32 stochastically."""
         from .params import split
+        rounding = None if rng is None else (lambda a: stochastic_tf32(a, rng))
         return network_reference(self.source, self.net, x, split(self.source, self.flat),
-                                 self.layers)
+                                 self.layers, rounding)
 
 
 def check_reference(sch, source, flat):
@@ -304,6 +371,21 @@ def round_fp16(a):
     set_params: to nearest, ties to even, subnormals kept, overflow to infinity), as float64."""
     with np.errstate(over="ignore"):               # past 65504: infinity, as the device's
         return np.asarray(a).astype(np.float16).astype(np.float64)
+
+
+def stochastic_fp16(a, rng):
+    """`a` rounded to half at random, as a Monte Carlo model of rounding (not what a kernel
+    does): each value goes to the half below or above it with the probability that makes the
+    expected result the value itself (stochastic rounding); halves, values past the largest
+    half, infinities and NaNs as round_fp16 leaves them. float64."""
+    a = np.asarray(a, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        near = a.astype(np.float16)
+        far = np.nextafter(near, np.where(a > near, np.inf, -np.inf).astype(np.float16))
+        n64, f64 = near.astype(np.float64), far.astype(np.float64)
+        fixed = (a == n64) | ~np.isfinite(n64) | ~np.isfinite(f64)
+        p = np.where(fixed, 0.0, np.abs(a - n64) / np.where(fixed, 1.0, np.abs(f64 - n64)))
+    return np.where(rng.random(a.shape) < p, f64, n64)
 
 
 def half_params(sch, flat):
@@ -336,13 +418,14 @@ def half_params(sch, flat):
     return out
 
 
-def half_network_reference(sch, x, params, dtype=np.float64):
+def half_network_reference(sch, x, params, dtype=np.float64, rounding=None):
     """The float64 outputs of the schedule `sch` of an fp16 build on `x` (the input, or the
     inputs as reference.run_network takes them) with `params` (half_params): every layer of
     the network as the library runs it (after passes, fusion, layout conversions and casts)
     computes in float64 on its inputs and parameters as stored, and its output is rounded to
     half where the library stores it in half; the casts to float at the outputs are exact.
-    `dtype` np.float32: every layer computes in float32 instead (HalfReference.resolution)."""
+    `dtype` np.float32: every layer computes in float32 instead. `rounding`: what rounds the
+    stored outputs instead of round_fp16 (RoundedReference.spread)."""
     from .ops import is_alias
     from .reference import forward
     net = sch.net
@@ -350,12 +433,12 @@ def half_network_reference(sch, x, params, dtype=np.float64):
     for layer in net.layers:
         y = forward(layer, [values[i] for i in layer.inputs], params.get(layer.name, {}), dtype)
         if storage_of(layer) == "fp16" and not is_alias(layer):
-            y = round_fp16(y).astype(dtype)
+            y = (rounding or round_fp16)(y).astype(dtype)
         values[layer.name] = y
     return [np.asarray(values[o], np.float64) for o in net.outputs]
 
 
-class HalfReference:
+class HalfReference(RoundedReference):
     """What an fp16 build checks its library against (--check): half_network_reference of
     the schedule `sch` with the parameters `flat`; callable on an input batch like the other
     references of aotconv.compiler."""
@@ -367,16 +450,8 @@ class HalfReference:
         self.sch = sch
         self.params = half_params(sch, flat)
 
-    def __call__(self, x):
-        return half_network_reference(self.sch, x, self.params)
-
-    def resolution(self, x):
-        """The largest hybrid difference on `x` between this reference and the same one
-        computed in float32 arithmetic: two evaluations of the network, each as exact as the
-        library's FP32 arithmetic, that round some stored values to neighbouring halves where
-        their results fall on two sides of a rounding boundary. What the network makes of those
-        differences is what --check cannot tell from a wrong result."""
-        from .harness import close
-        a = half_network_reference(self.sch, x, self.params)
-        b = half_network_reference(self.sch, x, self.params, np.float32)
-        return max(close(p, q)[1] for p, q in zip(a, b))
+    def evaluate(self, x, rng):
+        """The outputs on `x`; with `rng`, each stored output rounded to half stochastically
+        (the parameters stay rounded to nearest: the library holds exactly those)."""
+        rounding = None if rng is None else (lambda a: stochastic_fp16(a, rng))
+        return half_network_reference(self.sch, x, self.params, rounding=rounding)

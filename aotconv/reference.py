@@ -250,8 +250,8 @@ def conv_dwpw(xs, prm, a, out_shape):
 
 def forward(layer, inputs, params, dtype=np.float64):
     """Output of `layer` (float64) for float64 `inputs` (list) and `params` ({name: array}).
-    `dtype` np.float32 computes in float32 instead, for the ops of half-storage builds
-    (precision.HalfReference.resolution: another evaluation as exact as FP32 arithmetic)."""
+    `dtype` np.float32 computes in float32 instead (precision.half_network_reference: an
+    evaluation as exact as FP32 arithmetic)."""
     op, a = layer.op, layer.attrs
     xs = [np.asarray(v, dtype) for v in inputs]
     x = xs[0]

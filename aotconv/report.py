@@ -55,8 +55,7 @@ def _measured(res):
     else:
         lines.append(_unmeasured(res))
     if res.check_error is not None:
-        lines.append(f"Output checked against {_against(res)}: max hybrid error "
-                     f"{res.check_error:.2e} (tolerance 1e-3).")
+        lines.append(f"Output checked against {_against(res)}: {_verdict(res)}.")
     return lines
 
 
@@ -64,6 +63,14 @@ def _unmeasured(res):
     """Why report.md has no measured times."""
     return getattr(res, "unmeasured", None) or ("The target's device was not present at "
                                                 "build time: no measured times.")
+
+
+def _verdict(res):
+    from .precision import verdict
+    spread = getattr(res, "check_spread", None)
+    if spread is None:
+        return f"max hybrid error {res.check_error:.2e} (tolerance 1e-3)"
+    return verdict(res.check_error, res.check_tolerance, spread)[1]
 
 
 def _against(res):
@@ -88,8 +95,8 @@ def _sizes(res):
         lines.append(_unmeasured(res))
     if res.check_error is not None:
         between = f" and n = {res.check_n} (between two sizes)" if res.check_n else ""
-        lines.append(f"Output checked against {_against(res)} at every size{between}: max "
-                     f"hybrid error {res.check_error:.2e} (tolerance 1e-3).")
+        lines.append(f"Output checked against {_against(res)} at every size{between}: "
+                     f"{_verdict(res)}.")
     lines += ["", "| batch | kernels per run | kernel ms | ms per sample | activations (its own "
               "plan) | check error |", "|---|---|---|---|---|---|"]
     for z in sizes:

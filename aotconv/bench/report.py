@@ -295,9 +295,13 @@ def numpy_cell(r):
     if c.get("error") is None or isinstance(c.get("error"), str):
         return f"failed: {c.get('error', '?')}"[:80]
     t = c.get("tolerance", 1e-3)
+    from ..precision import SPREAD_FACTOR
+    name, tt = "T", f"{t:g}"
+    if c.get("spread") is not None:
+        name, tt = f"T + {SPREAD_FACTOR:g} x spread {c['spread']:.1e}", f"{t:.1e}"
     text = (f"{c['error']:.1e} on {c.get('images', '?')} image(s), "
-            + (f"within T = {t:g}" if c.get("within") else f"**past T = {t:g}**"))
-    if c.get("resolution") is not None:
+            + (f"within {name} = {tt}" if c.get("within") else f"**past {name} = {tt}**"))
+    if c.get("resolution") is not None:          # a document from before the spread
         text += f" (the reference in float32 vs float64: {c['resolution']:.1e})"
     return text
 
@@ -469,8 +473,9 @@ def text_table(doc):
                   if o.get("run_pinned_ms") else "")
         prec = precision_of(r)
         c = r.get("numpy") or {}
-        check = (f"; vs numpy {c['error']:.1e} ({'within' if c.get('within') else 'past'} T)"
-                 if isinstance(c.get("error"), float) else "")
+        tol = "T" if c.get("spread") is None else "T + 2 x spread"
+        check = (f"; vs numpy {c['error']:.1e} ({'within' if c.get('within') else 'past'} "
+                 f"{tol})" if isinstance(c.get("error"), float) else "")
         L.append(f"e2e {r['net']} b{r['batch']}{'' if prec == 'fp32' else ' ' + prec}: run() "
                  f"{_f(o.get('run_ms'), '{:.3f}')} ms{pinned}, "
                  f"kernels {_f(o.get('kernels_ms'), '{:.3f}')} ms; {ref_label} eager "
