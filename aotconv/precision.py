@@ -286,7 +286,7 @@ def network_reference(source, net, x, params, layers, rounding=None):
     return [values[o] for o in source.outputs]
 
 
-SPREAD_SAMPLES = 4         # Monte Carlo evaluations of a rounded reference (spread)
+SPREAD_SAMPLES = 4         # images evaluated with stochastic rounding, at least (spread)
 SPREAD_FACTOR = 2.0        # a reduced-precision --check admits T + this x the spread
 
 
@@ -299,14 +299,19 @@ class RoundedReference:
     def __call__(self, x):
         return self.evaluate(x, None)
 
-    def spread(self, x, want=None, samples=SPREAD_SAMPLES, seed=0, cut=None):
+    def spread(self, x, want=None, samples=None, seed=0, cut=None):
         """The largest hybrid distance on `x` between this reference (`want`: its outputs,
-        when already computed) and `samples` evaluations of it rounded stochastically; `cut`,
-        where given, applied to each evaluation's outputs first (`want` is cut already)."""
+        when already computed) and evaluations of it rounded stochastically: `samples` of
+        them, by default as many as make SPREAD_SAMPLES images evaluated (the images of a
+        batch are independent samples of the roundings), one at least; `cut`, where given,
+        applied to each evaluation's outputs first (`want` is cut already)."""
         from .harness import close
         cut = cut or (lambda v: v)
         want = cut(self(x)) if want is None else want
         want = want if isinstance(want, list) else [want]
+        if samples is None:
+            images = (x[0] if isinstance(x, (list, tuple)) else np.asarray(x)).shape[0]
+            samples = -(-SPREAD_SAMPLES // max(images, 1))
         rng = np.random.default_rng(seed)
         worst = 0.0
         for _ in range(samples):

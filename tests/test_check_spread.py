@@ -85,18 +85,25 @@ class Rounded(precision.RoundedReference):
 
 
 def test_judge_admits_T_plus_twice_the_spread_and_computes_it_only_past_T():
-    v = np.linspace(-3, 3, 50)
+    v = np.linspace(-3, 3, 50).reshape(1, 50)
+    one = np.zeros((1, 3))                                # an input of one image
     ref = Rounded(v, 0.01)
-    err, tol, spread = judge([v * (1 + 5e-4)], ref, None)
+    err, tol, spread = judge([v * (1 + 5e-4)], ref, one)
     assert err < T and tol == T and spread is None and ref.spreads == 0
-    err, tol, spread = judge([v * 1.015], ref, None)
+    err, tol, spread = judge([v * 1.015], ref, one)
     assert spread == pytest.approx(0.01 * 3 / 3, rel=1e-9)   # the hybrid error of 1% of |3|
-    assert ref.spreads == precision.SPREAD_SAMPLES
+    assert ref.spreads == precision.SPREAD_SAMPLES        # four images evaluated
+    ref.spreads = 0
+    judge([v * 1.015], ref, np.zeros((3, 3)))             # three images: two evaluations
+    assert ref.spreads == 2
+    ref.spreads = 0
+    judge([v * 1.015], ref, [np.zeros((32, 3)), np.zeros((32, 5))])
+    assert ref.spreads == 1
     assert tol == pytest.approx(T + 2 * spread) and err == pytest.approx(0.015) and err <= tol
-    err, tol, _ = judge([v * 1.03], ref, None)
+    err, tol, _ = judge([v * 1.03], ref, one)
     assert err > tol                                      # three times the spread: a wrong result
     # a reference that does not round as a reduced precision does is held to T alone
-    err, tol, spread = judge([v * 1.015], lambda x: [v], None)
+    err, tol, spread = judge([v * 1.015], lambda x: [v], one)
     assert tol == T and spread is None and err > tol
 
 
