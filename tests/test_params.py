@@ -179,3 +179,30 @@ def test_layers_on_one_line_keep_file_order(tmp_path):
     assert [l.name for l in net.layers] == ["a", "b"]
     assert [(l, t, off) for l, t, _, off in net.param_layout()] == [
         ("b", "weight", 0), ("b", "bias", 6), ("a", "weight", 9), ("a", "bias", 13)]
+
+
+def test_random_batchnorm_statistics_are_those_of_their_input():
+    """A deep residual network of random weights: each batchnorm's mean and var are its input's
+    statistics, so its output is beta + gamma * (roughly unit normal) per channel, and the
+    activations keep their scale to the end instead of doubling their variance per block."""
+    from aotconv.reference import run_network
+    layers = [{"name": "c0", "op": "conv", "out": 8, "kernel": 3, "pad": 1}]
+    for i in range(1, 13):
+        layers += [{"name": f"c{i}", "op": "conv", "out": 8, "kernel": 3, "pad": 1},
+                   {"name": f"b{i}", "op": "batchnorm", "act": "relu"},
+                   {"name": f"a{i}", "op": "add",
+                    "inputs": [f"b{i}", "c0" if i == 1 else f"a{i - 1}"]}]
+    deep = network_from_dict({"name": "deep", "input": [16, 4, 8, 8], "layers": layers,
+                              "outputs": ["c1", "a12"]})
+    flat = params.random_params(deep, seed=0)
+    p = params.split(deep, flat)
+    x = np.random.default_rng(9).standard_normal((16, 4, 8, 8))
+    c1, a12 = run_network(deep, x, flat)
+    # b1 normalises c1 with c1's own statistics (on other draws of the input: within 25%)
+    assert np.allclose(p["b1"]["mean"], c1.mean(axis=(0, 2, 3)),
+                       atol=0.25 * np.sqrt(c1.var(axis=(0, 2, 3))).max())
+    assert np.allclose(p["b1"]["var"], c1.var(axis=(0, 2, 3)), rtol=0.25)
+    # twelve residual blocks: an rms of a few, not 2^6 times the first block's
+    assert np.sqrt((a12 ** 2).mean()) < 8
+    assert np.array_equal(flat, params.random_params(deep, seed=0))   # still seeded
+    assert not np.array_equal(flat, params.random_params(deep, seed=1))
