@@ -11,6 +11,8 @@ from pathlib import Path
 import sys
 import traceback
 
+from ..precision import SPREAD_FACTOR
+
 # below this kernel time the launch and the ramp-up of the machine dominate (a GPU launch is a
 # few microseconds; PoCL's, through its pthread scheduler, tens)
 LAUNCH_BOUND_US = {"gpu": 10.0, "cpu": 50.0}
@@ -295,7 +297,6 @@ def numpy_cell(r):
     if c.get("error") is None or isinstance(c.get("error"), str):
         return f"failed: {c.get('error', '?')}"[:80]
     t = c.get("tolerance", 1e-3)
-    from ..precision import SPREAD_FACTOR
     name, tt = "T", f"{t:g}"
     if c.get("spread") is not None:
         name, tt = f"T + {SPREAD_FACTOR:g} x spread {c['spread']:.1e}", f"{t:.1e}"
