@@ -387,9 +387,9 @@ def random_inputs(net, rng, n=None):
 
 def measure_library(outdir, net0, flat, seed, check, runs=5, ref=None, until=None):
     """Run the built library on random input (every input of it): (median per-kernel times,
-    (error, tolerance, spread) of the optional check (judge), the runs the median is of). `until`: a
-    time.monotonic() deadline (a time budget's end): only the runs that fit by then, at the
-    first run's pace, one at least."""
+    (error, tolerance, spread) of the optional check (judge), the runs the median is of).
+    `until`: a time.monotonic() deadline (a time budget's end): only the runs that fit by then,
+    at the first run's pace, one at least."""
     from .runtime import load
     rng = np.random.default_rng(seed + 1)
     x = random_inputs(net0, rng)
@@ -446,12 +446,14 @@ def measure_sizes(outdir, res, job, flat, refs, runs=5):
 
 class _first:
     """A reference whose outputs are those of `ref` cut to their first n samples (the check
-    of an n between two batch sizes); its spread and tolerance cut alike."""
+    of an n between two batch sizes); its spread cut alike, over evaluations of at least
+    SPREAD_SAMPLES of the n images."""
 
     def __init__(self, ref, n):
         self.ref, self.n = ref, n
         if hasattr(ref, "spread"):
-            self.spread = lambda x, want=None: ref.spread(x, want, cut=self.cut)
+            samples = -(-precision.SPREAD_SAMPLES // n)
+            self.spread = lambda x, want=None: ref.spread(x, want, samples, cut=self.cut)
             self.tolerance = ref.tolerance
 
     def __call__(self, x):

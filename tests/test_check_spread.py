@@ -173,3 +173,19 @@ def test_the_same_library_with_one_parameter_wrong_is_past_its_tolerance(deep_fp
     assert err <= tol
     err, tol, spread = judge(wrong, ref, x)
     assert err > tol, (err, tol, spread)
+
+
+def test_the_check_between_two_batch_sizes_judges_the_first_n_images():
+    """A library of sizes 1 and 8 run with n = 2: its outputs are the first 2 of the size-8
+    reference's on the input padded with zeros, and the spread is taken over those 2 images,
+    in two evaluations (four images at least)."""
+    from aotconv.compiler import _first
+    v = np.linspace(-3, 3, 8 * 50).reshape(8, 50)
+    ref = Rounded(v, 0.01)
+    cut = _first(ref, 2)
+    padded = np.zeros((8, 3))
+    assert np.array_equal(cut(padded)[0], v[:2])
+    err, tol, spread = judge([v[:2] * 1.015], cut, padded)
+    assert ref.spreads == 2
+    assert spread == pytest.approx(0.01)      # uncut, the evaluations would not compare: inf
+    assert tol == pytest.approx(T + 2 * spread) and err <= tol
