@@ -351,13 +351,14 @@ def _reference(u, job, flat, sch):
     return lambda x: run_network(u.net0, x, params_mod.split(u.net0, flat))
 
 
-def judge(out, ref, x):
+def judge(out, ref, x, want=None):
     """(error, tolerance, spread) of the library's outputs `out` on `x` against the reference
-    `ref`: the largest hybrid error, and what it may be: T, or past T for a reference that
-    rounds as a reduced-precision library does (precision.RoundedReference), T plus twice the
-    spread of the roundings on this network and input (docs/precision.md)."""
+    `ref` (`want`: its outputs on `x`, when already computed): the largest hybrid error, and
+    what it may be: T, or past T for a reference that rounds as a reduced-precision library
+    does (precision.RoundedReference), T plus twice the spread of the roundings on this
+    network and input (docs/precision.md)."""
     from .protocol import TOLERANCE
-    want = ref(x)
+    want = ref(x) if want is None else want
     err = _error(out, want)
     if err <= TOLERANCE or not hasattr(ref, "spread"):
         return err, TOLERANCE, None

@@ -62,9 +62,8 @@ def calibrate_batchnorms(net, flat, rng, images=CALIBRATION_IMAGES):
     float64 reference; a var below 1e-3 (a channel that hardly varies) is kept at 1e-3."""
     from .reference import forward
     prm = split(net, flat)
-    xs = {name: rng.standard_normal((images,) + tuple(shape[1:]))
-          for name, shape in net.inputs}
-    values = dict(xs)
+    values = {name: rng.standard_normal((images,) + tuple(shape[1:]))
+              for name, shape in net.inputs}
     for layer in net.layers:
         ins = [values[i] for i in layer.inputs]
         if layer.op == "batchnorm":

@@ -22,10 +22,10 @@ import numpy as np
 from .. import params as params_mod
 from .. import precision as precision_mod
 from .. import spec, torch_model
-from ..compiler import compile_network
+from ..compiler import compile_network, judge
 from ..harness import close
 from ..ops import flops
-from ..protocol import TOLERANCE, e2e_counts
+from ..protocol import e2e_counts
 from ..reference import run_network
 from .library_timing import in_bench_process, in_own_process
 from .refs.torch_ref import Precision, Timer, sync, torch
@@ -145,12 +145,10 @@ def numpy_check(sch, net0, flat, x, y, opts):
     except Exception as e:
         return {"reference": name, "images": k, **failure(e)}
     got = [v[:k] for v in (y if isinstance(y, list) else [y])]
-    err = max(close(a, r, TOLERANCE)[1] for a, r in zip(got, want))
-    out = {"reference": name, "images": k, "error": err, "tolerance": TOLERANCE}
-    if err > TOLERANCE and hasattr(ref, "spread"):
-        out["spread"] = ref.spread(xs, want)
-        out["tolerance"] = ref.tolerance(out["spread"])
-    out["within"] = err <= out["tolerance"]
+    err, tol, spread = judge(got, ref, xs, want)
+    out = {"reference": name, "images": k, "error": err, "tolerance": tol, "within": err <= tol}
+    if spread is not None:
+        out["spread"] = spread
     return out
 
 
