@@ -345,15 +345,33 @@ def test_end_to_end_row_on_pocl_times_run_from_numpy_and_from_the_pinned_buffers
     assert o["run_ms"] > 0 and o["run_pinned_ms"] > 0 and o["kernels_ms"] > 0
     # and from a second handle with profiling off, its output checked equal first
     assert "run_pinned_noprof_error" not in o and o["run_pinned_noprof_ms"] > 0, o
+    # and run_buffers() on an input already on the device, on a queue of the timing process's
+    # own, its output checked equal first: what the references' device-resident times compare
+    assert "run_resident_error" not in o and o["run_resident_ms"] > 0, o
     md = out.with_suffix(".md").read_text()
     assert "ours run() from pinned buffers ms | ours the same, profiling off ms" in md
 
 
-def test_records_only_builds_the_end_to_end_network_from_the_records_alone(tmp_path, capsys):
+def test_records_only_builds_the_end_to_end_network_from_the_records_alone(tmp_path, capsys,
+                                                                          monkeypatch):
     """`aotconv bench --records-only`: the network is built as `aotconv build --records-only`
-    builds it (the shipped pocl-cpu records of lenet5 at batch 100), nothing is tuned; and it
-    cannot be combined with --no-tune."""
+    builds it (from the records of lenet5 at batch 100), nothing is tuned; and it cannot be
+    combined with --no-tune. The records are the shipped pocl-cpu ones keyed to the PoCL device
+    of this machine (records of another CPU are ignored where a device is present, and the
+    shipped ones were measured on one CPU model), in a cache of the test's own."""
     from aotconv.cli import main
+    from aotconv.targets import device_identity, find_device, get_target
+    from aotconv.tune.records import shipped_file
+    here = device_identity(*find_device(get_target("pocl-cpu")))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with open(cache / "records.jsonl", "w") as f:
+        for line in shipped_file("pocl-cpu").read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("op", "").split("|")[1:2] and rec["op"].split("|")[1].startswith("100x"):
+                f.write(json.dumps({**rec, "device": here}) + "\n")
+    monkeypatch.setenv("AOTCONV_CACHE_DIR", str(cache))
+    monkeypatch.setenv("AOTCONV_SHIPPED_RECORDS", "0")
     out = tmp_path / "e2e.json"
     assert main(["bench", "--target", "pocl-cpu", "--sets", "e2e", "--e2e", "lenet5:100",
                  "--records-only", "--refs", "none", "--repeats", "3", "--warmup", "1",

@@ -58,7 +58,7 @@ def test_the_child_gives_the_in_process_figures_without_torch(lenet5, tmp_path, 
     assert "error" not in own and "error" not in here, (own, here)
     assert set(own) == set(here)
     assert {"run_ms", "kernels_ms", "run_times", "launches", "run_pinned_ms",
-            "run_pinned_noprof_ms"} <= set(own)
+            "run_pinned_noprof_ms", "run_resident_ms"} <= set(own)
     assert own["process"] == "own" and here["process"] == "bench"
     assert own["torch_loaded"] is False and here["torch_loaded"] is True
     assert own["launches"] == here["launches"] > 0 and len(own["run_times"]) >= 3
@@ -194,3 +194,30 @@ def test_a_timing_process_that_cannot_start_is_a_one_line_error(lenet5, tmp_path
     assert y is None and ours["process"] == "own"
     assert ours["error"].startswith("FileNotFoundError: ") and str(missing) in ours["error"]
     assert "\n" not in ours["error"]
+
+
+def test_the_device_resident_timing_runs_on_the_librarys_device_and_says_when_it_cannot(
+        lenet5, monkeypatch):
+    """resident_run: run_buffers() on an input already on the device, its output equal to
+    run()'s; where no device here is the library's, a sentence instead of a time, and the
+    table's figure falls back to the pinned run and says so."""
+    from aotconv.bench.report import best_ours, best_ours_way
+    d, net, flat, x = lenet5
+    want = run_network(net, x, params_mod.split(net, flat))[0]
+    with lt.load(d) as lib:
+        lib.set_params(flat)
+        y = lib(x)
+    assert close(y, want)[0]
+    got = lt.resident_run(d, flat, x, y, 1, 3)
+    assert set(got) == {"run_resident_ms"} and got["run_resident_ms"] > 0, got
+    # an output other than run()'s is reported, not timed
+    got = lt.resident_run(d, flat, x, y + 1, 1, 3)
+    assert "differs" in got["run_resident_error"], got
+    monkeypatch.setenv("AOTCONV_DEVICE", "no such device anywhere")
+    got = lt.resident_run(d, flat, x, y, 1, 3)
+    assert got == {"run_resident_error": "no OpenCL device here matches AOTCONV_DEVICE "
+                                         "'no such device anywhere'"}
+    o = {"run_ms": 3.0, "run_pinned_ms": 2.0, "run_pinned_noprof_ms": 1.5}
+    assert (best_ours(o), best_ours_way(o)) == (1.5, "from pinned buffers")
+    o["run_resident_ms"] = 1.2
+    assert (best_ours(o), best_ours_way(o)) == (1.2, "input on the device")

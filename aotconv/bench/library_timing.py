@@ -1,6 +1,7 @@
 """Time an emitted library as `aotconv bench` reports it end to end: run() from numpy memory,
 the sum of its per-kernel profile, run() from its pinned host buffers with profiling on and on
-a second handle with it off, and the first run's output.
+a second handle with it off, run_buffers() on an input already on the device (the way the
+references are timed), and the first run's output.
 
 `time_library` does the timing; `in_own_process` runs it in a child process of its own
 (`python -m aotconv.bench.library_timing`, the bench's interpreter and sys.path), as an
@@ -24,9 +25,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyopencl as cl
 
 from ..protocol import e2e_counts
-from ..runtime import load
+from ..runtime import _read_meta, load
+from ..targets import _devices, get_target, matches
 from .report import failure, rounded
 
 # the child announces its first timing on stdout with this prefix; the rest of its stdout
@@ -80,6 +83,7 @@ def time_library(build_dir, flat, x, opts, on_first=None):
             lib.set_params(flat)
             quiet = pinned_run(lib, x, y, warmup, repeats)
         ours.update({k.replace("run_pinned", "run_pinned_noprof"): v for k, v in quiet.items()})
+        ours.update(resident_run(build_dir, flat, x, y, warmup, repeats))
     except Exception as e:
         ours.update(failure(e))
     return ours, y
@@ -107,6 +111,70 @@ def pinned_run(lib, x, y, warmup, repeats):
         return {"run_pinned_ms": float(np.median(times))}
     except Exception as e:
         return {"run_pinned_error": f"{type(e).__name__}: {e}"}
+
+
+def resident_run(build_dir, flat, x, y, warmup, repeats):
+    """run_buffers() from an input already in device memory to an output left there, on a
+    queue of this process's own (create_with_queue, profiling off), each call timed from the
+    enqueue to clFinish: what an application whose data lives on the device gets, and what the
+    references' CUDA-event times measure. {"run_resident_ms"}, or {"run_resident_error"} when
+    the library's device cannot be found here or the output differs from run()."""
+    try:
+        found = _library_device(_read_meta(Path(build_dir) / "tuning.json").get("target"))
+        if isinstance(found, str):
+            return {"run_resident_error": found}
+        ctx = cl.Context([found])
+        q = cl.CommandQueue(ctx, found)
+        with load(build_dir, queue=q) as lib:
+            lib.set_params(flat)
+            xs = x if isinstance(x, list) else [x]
+            mf = cl.mem_flags
+            ins = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR,
+                             hostbuf=np.ascontiguousarray(v, np.float32)) for v in xs]
+            want = np.concatenate([v.ravel() for v in (y if isinstance(y, list) else [y])])
+            out = cl.Buffer(ctx, mf.READ_WRITE, 4 * want.size)
+            inp = ins if len(ins) > 1 else ins[0]
+
+            def once():
+                lib.run_buffers(inp, out)
+                q.finish()
+            once()
+            got = np.empty_like(want)
+            cl.enqueue_copy(q, got, out)
+            if not np.array_equal(got, want):
+                return {"run_resident_error": "the output of run_buffers() differs from run() "
+                                              "on numpy memory"}
+            for _ in range(warmup):
+                once()
+            times = []
+            for _ in range(repeats):
+                t1 = time.perf_counter()
+                once()
+                times.append((time.perf_counter() - t1) * 1e3)
+        return {"run_resident_ms": float(np.median(times))}
+    except Exception as e:
+        return {"run_resident_error": f"{type(e).__name__}: {e}"}
+
+
+def _library_device(target_name):
+    """The pyopencl device that the library's create() picks: the one named by AOTCONV_DEVICE
+    (a substring of "platform-vendor platform-name device-vendor device-name", as in C), else
+    the first that matches its target; or a sentence saying why there is none."""
+    want = os.environ.get("AOTCONV_DEVICE")
+    try:
+        target = None if want else get_target(target_name)
+    except Exception:
+        return f"the library's target '{target_name}' is not a known profile here"
+    for p, d in _devices():
+        if want:
+            text = f"{p.vendor} {p.name} {d.vendor} {d.name}"
+            if want.lower() in text.lower():
+                return d
+        elif matches(target, p, d):
+            return d
+    if want:
+        return f"no OpenCL device here matches AOTCONV_DEVICE '{want}'"
+    return f"no OpenCL device here matches the library's target '{target_name}'"
 
 
 def in_bench_process(build_dir, flat, x, opts):
@@ -249,10 +317,11 @@ def main(argv=None):
     flat, x = np.load(a.params), np.load(a.input)
 
     def first(once_ms, load_s):
-        # the parent's time limit: the runs left (about three times warm-up and repeats) and
-        # a second handle's load
+        # the parent's time limit: the runs left (about four times warm-up and repeats: the
+        # profiled handle's, the pinned runs of two handles, the device-resident runs) and the
+        # load of two more handles
         warmup, repeats = e2e_counts(once_ms, opts)
-        rest_s = (3 * (warmup + repeats) + 2) * once_ms / 1e3 + load_s
+        rest_s = (4 * (warmup + repeats) + 3) * once_ms / 1e3 + 2 * load_s
         print(MARK + json.dumps({"once_ms": once_ms, "load_s": load_s, "rest_s": rest_s}),
               flush=True)
 
