@@ -457,7 +457,9 @@ def _precision_paragraph(rows, ref_label):
             f"another rounding of the model, reported but no reference: each tf32 or fp16 "
             f"library is also checked against the float64 numpy reference that its build's "
             f"--check uses (the operands, or the weights and stored outputs, rounded as the "
-            f"library rounds them; docs/precision.md) with the FP32 tolerance T, on the first "
+            f"library rounds them; docs/precision.md) with the FP32 tolerance T, or where its "
+            f"error is past T with T + {SPREAD_FACTOR:g} x the spread of the precision's "
+            f"roundings (the reference evaluated again with them made stochastic), on the first "
             f"images of the batch.", ""]
 
 
