@@ -29,18 +29,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from aotconv.bench.library_timing import median_ms  # noqa: E402
 from aotconv.runtime import load  # noqa: E402
-
-
-def median_ms(call, runs, warmup):
-    for _ in range(warmup):
-        call()
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        call()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return float(np.median(ts))
 
 
 def pocl_objects(cache):
@@ -121,10 +111,10 @@ def _time(p, a):
         t0 = time.perf_counter()
         net(x)
         second_ms = (time.perf_counter() - t0) * 1e3
-        run_ms = median_ms(lambda: net(x), a.runs, a.warmup)
+        run_ms = median_ms(lambda: net(x), a.warmup, a.runs)
         xin, _ = net.host_buffers()
         xin[...] = x
-        pinned_ms = median_ms(net.run_host, a.runs, a.warmup)
+        pinned_ms = median_ms(net.run_host, a.warmup, a.runs)
         kernels, per, prof = [], [], []
         for _ in range(0 if a.no_profile else a.runs):
             net.run_host()

@@ -29,7 +29,7 @@ import pyopencl as cl
 
 from ..protocol import e2e_counts
 from ..runtime import _read_meta, load
-from ..targets import _devices, get_target, matches
+from ..targets import _devices, find_device, get_target
 from .report import failure, rounded
 
 # the child announces its first timing on stdout with this prefix; the rest of its stdout
@@ -89,6 +89,18 @@ def time_library(build_dir, flat, x, opts, on_first=None):
     return ours, y
 
 
+def median_ms(call, warmup, repeats):
+    """The median wall time of `call()` in ms over `repeats` calls after `warmup` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(repeats):
+        t1 = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - t1) * 1e3)
+    return float(np.median(times))
+
+
 def pinned_run(lib, x, y, warmup, repeats):
     """run() from the library's pinned host buffers (host_buffers()), what an application that
     writes its input there gets: {"run_pinned_ms"}, or {"run_pinned_error"} when the buffers
@@ -101,14 +113,7 @@ def pinned_run(lib, x, y, warmup, repeats):
         if not np.array_equal(got, want):
             return {"run_pinned_error": "the output from the pinned buffers differs from "
                                         "run() on numpy memory"}
-        for _ in range(warmup):
-            lib.run_host()
-        times = []
-        for _ in range(repeats):
-            t1 = time.perf_counter()
-            lib.run_host()
-            times.append((time.perf_counter() - t1) * 1e3)
-        return {"run_pinned_ms": float(np.median(times))}
+        return {"run_pinned_ms": median_ms(lib.run_host, warmup, repeats)}
     except Exception as e:
         return {"run_pinned_error": f"{type(e).__name__}: {e}"}
 
@@ -144,14 +149,7 @@ def resident_run(build_dir, flat, x, y, warmup, repeats):
             if not np.array_equal(got, want):
                 return {"run_resident_error": "the output of run_buffers() differs from run() "
                                               "on numpy memory"}
-            for _ in range(warmup):
-                once()
-            times = []
-            for _ in range(repeats):
-                t1 = time.perf_counter()
-                once()
-                times.append((time.perf_counter() - t1) * 1e3)
-        return {"run_resident_ms": float(np.median(times))}
+            return {"run_resident_ms": median_ms(once, warmup, repeats)}
     except Exception as e:
         return {"run_resident_error": f"{type(e).__name__}: {e}"}
 
@@ -161,20 +159,17 @@ def _library_device(target_name):
     (a substring of "platform-vendor platform-name device-vendor device-name", as in C), else
     the first that matches its target; or a sentence saying why there is none."""
     want = os.environ.get("AOTCONV_DEVICE")
+    if want:
+        for p, d in _devices():
+            if want.lower() in f"{p.vendor} {p.name} {d.vendor} {d.name}".lower():
+                return d
+        return f"no OpenCL device here matches AOTCONV_DEVICE '{want}'"
     try:
-        target = None if want else get_target(target_name)
+        found = find_device(get_target(target_name))
     except Exception:
         return f"the library's target '{target_name}' is not a known profile here"
-    for p, d in _devices():
-        if want:
-            text = f"{p.vendor} {p.name} {d.vendor} {d.name}"
-            if want.lower() in text.lower():
-                return d
-        elif matches(target, p, d):
-            return d
-    if want:
-        return f"no OpenCL device here matches AOTCONV_DEVICE '{want}'"
-    return f"no OpenCL device here matches the library's target '{target_name}'"
+    return found[1] if found else \
+        f"no OpenCL device here matches the library's target '{target_name}'"
 
 
 def in_bench_process(build_dir, flat, x, opts):
