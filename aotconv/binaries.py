@@ -51,6 +51,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from . import ptx
 from .harness import BUILD_OPTIONS
 
 # source bytes per joined program where the device's compiler is slow (by target kind; a kind
@@ -226,7 +227,7 @@ def _on_device(programs, sources, sections, ctx, binaries, log, launches, buffer
 
     def build(text):
         try:
-            return cl.Program(cctx, text).build(options=list(BUILD_OPTIONS)), None
+            return ptx.program(cl, cctx, text, BUILD_OPTIONS), None
         except cl.Error as e:
             return None, str(e).strip().splitlines()[0] if str(e).strip() else "failed"
 
@@ -476,6 +477,9 @@ def assemble(ptx, arch, ptxas):
         src, out = Path(tmp, "program.ptx"), Path(tmp, "program.cubin")
         src.write_bytes(ptx.rstrip(b"\0"))
         try:
+            # PTX rewritten for sm_90a (aotconv.ptx) is assembled for that architecture
+            if arch == "sm_90" and re.search(rb"^\s*\.target\s+sm_90a", ptx, re.M):
+                arch = "sm_90a"
             r = subprocess.run([ptxas, f"-arch={arch}", str(src), "-o", str(out)],
                                capture_output=True, text=True, timeout=PTXAS_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as e:

@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 
+from . import ptx
 from .errors import KernelBuildError
 from .graph import count
 
@@ -51,7 +52,7 @@ def build(ctx, source, options=BUILD_OPTIONS, name="kernel"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return cl_.Program(ctx, source).build(options=list(options))
+            return ptx.program(cl_, ctx, source, options)
         except cl_.Error as e:
             log = str(e)
             fd, path = tempfile.mkstemp(prefix=f"aotconv-{name}-", suffix=".cl")

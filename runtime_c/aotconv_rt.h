@@ -58,6 +58,7 @@
 #define aotrt_global_error AOTRT_SYM(global_error)
 #define aotrt_shown AOTRT_SYM(shown)
 #define aotrt_build_programs AOTRT_SYM(build_programs)
+#define aotrt_sm90a_rewrite AOTRT_SYM(sm90a_rewrite)
 #define aotrt_enqueue AOTRT_SYM(enqueue)
 #define aotrt_stage_setup AOTRT_SYM(stage_setup)
 #define aotrt_pool_new AOTRT_SYM(pool_new)
@@ -355,6 +356,7 @@ void aotrt_device_label(cl_device_id device, char *buf, size_t size);
 char *aotrt_global_error(void);
 const char *aotrt_shown(const char *text, char *buf, size_t size);
 int aotrt_build_programs(aotrt_net *n, const aotrt_options *o);
+char *aotrt_sm90a_rewrite(const char *ptx, size_t len);
 int aotrt_enqueue(aotrt_net *n, int launch, cl_event *ev);
 int aotrt_stage_setup(aotrt_net *n, const aotrt_options *o);
 /* A pool of up to `threads` - 1 threads (fewer where they cannot be made; NULL for none),

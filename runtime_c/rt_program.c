@@ -98,20 +98,77 @@ static int from_binary(aotrt_net *n, int i, const aotrt_binary *b, char *why, si
     return 0;
 }
 
+/* A program built from a source holding sm_90a instructions (SM90A_DEFINE in its text) made
+ * again from its PTX rewritten for sm_90a (rt_sm90a.c; aotconv/ptx.py at build time): the
+ * rebuilt program in *p (the first released), CL_SUCCESS; the first kept where its PTX holds
+ * no marked line (the kernels' portable bodies); else the failing call's error. */
+static cl_int sm90a_rebuild(aotrt_net *n, cl_program *p, const char *options)
+{
+    size_t size = 0;
+    cl_int err = clGetProgramInfo(*p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL);
+    if (err != CL_SUCCESS || size == 0)
+        return err != CL_SUCCESS ? err : CL_INVALID_BINARY;
+    unsigned char *ptx = malloc(size + 1);
+    if (ptx == NULL)
+        return CL_OUT_OF_HOST_MEMORY;
+    err = clGetProgramInfo(*p, CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL);
+    ptx[size] = 0;
+    char *fixed = err == CL_SUCCESS ? aotrt_sm90a_rewrite((const char *)ptx, size) : NULL;
+    free(ptx);
+    if (err != CL_SUCCESS)
+        return err;
+    if (fixed == NULL)
+        return CL_SUCCESS;
+    size_t len = strlen(fixed);
+    const unsigned char *data = (const unsigned char *)fixed;
+    cl_program q = clCreateProgramWithBinary(n->ctx, 1, &n->device, &len, &data, NULL, &err);
+    if (err == CL_SUCCESS) {
+        err = clBuildProgram(q, 1, &n->device, options, NULL, NULL);
+        if (err != CL_SUCCESS)
+            clReleaseProgram(q);
+    }
+    free(fixed);
+    if (err == CL_SUCCESS) {
+        clReleaseProgram(*p);
+        *p = q;
+    }
+    return err;
+}
+
+#define SM90A_DEFINE "AOTCONV_SM90A"
+
 /* Program slot i from `count` source strings; an AOTRT error code (the build log in the
- * message) naming `layer`. */
+ * message) naming `layer`. A source holding sm_90a instructions is built with SM90A_DEFINE
+ * and then made again from its rewritten PTX (sm90a_rebuild). */
 static int from_source(aotrt_net *n, int i, cl_uint count, const char **strings,
                        const char *layer, prog_times *pt)
 {
     const aotrt_desc *d = n->desc;
     cl_int err;
     double t0 = aotrt_now_ms();
+    int sm90a = 0;
+    for (cl_uint k = 0; k < count && !sm90a; k++)
+        sm90a = strstr(strings[k], SM90A_DEFINE) != NULL;
+    char options[1024];
+    snprintf(options, sizeof options, "%s%s", d->build_options,
+             sm90a ? " -D" SM90A_DEFINE : "");
     cl_program p = clCreateProgramWithSource(n->ctx, count, strings, NULL, &err);
     if (err != CL_SUCCESS)
         return aotrt_set_error(n, AOTRT_ERR_OPENCL, "%s: layer '%s': clCreateProgramWithSource "
                                "failed: %s (%d)", d->net, layer, aotrt_cl_error_name(err),
                                (int)err);
-    err = clBuildProgram(p, 1, &n->device, d->build_options, NULL, NULL);
+    err = clBuildProgram(p, 1, &n->device, options, NULL, NULL);
+    if (err == CL_SUCCESS && sm90a) {
+        err = sm90a_rebuild(n, &p, options);
+        if (err != CL_SUCCESS) {
+            clReleaseProgram(p);
+            return aotrt_set_error(n, AOTRT_ERR_BUILD, "%s: layer '%s': its sm_90a PTX (wgmma) "
+                                   "did not build: %s (%d); the driver must take sm_90a PTX "
+                                   "(an NVIDIA GPU of compute capability 9.0): rebuild the "
+                                   "library with another --target", d->net, layer,
+                                   aotrt_cl_error_name(err), (int)err);
+        }
+    }
     pt->sources++;
     pt->source_ms += aotrt_now_ms() - t0;
     if (err != CL_SUCCESS) {

@@ -52,7 +52,7 @@ import zlib
 
 import numpy as np
 
-from .. import protocol
+from .. import protocol, ptx
 from ..closeable import Closeable
 from ..errors import KernelBuildError
 from ..harness import BUILD_OPTIONS, cl as pyopencl, context_for, random_inputs
@@ -356,7 +356,7 @@ def build_binary(tick, target, source, options, binary=True):
     ctx, _, dev = _context(target)
     t0 = time.perf_counter()
     try:
-        prog = cl.Program(ctx, source).build(options=list(options))
+        prog = ptx.program(cl, ctx, source, options)
     except cl.Error as e:
         return "fail", str(e)[:MAX_LOG], time.perf_counter() - t0
     return "ok", bytes(prog.binaries[0]) if binary else None, time.perf_counter() - t0
@@ -371,7 +371,7 @@ def load_program(tick, target, source, binary, options):
     if binary is not None:
         cl.Program(ctx, [dev], [binary]).build(options=list(options))
     else:
-        cl.Program(ctx, source).build(options=list(options))
+        ptx.program(cl, ctx, source, options)
     return time.perf_counter() - t0
 
 

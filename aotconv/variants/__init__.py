@@ -30,6 +30,7 @@ from .conv_winograd import ConvWinograd
 from .conv_mma import ConvMma
 from .conv_mma_f16 import ConvMmaF16
 from .conv_mma_f16_nhwc import ConvMmaF16Nhwc
+from .conv_wgmma_f16_nhwc import ConvWgmmaF16Nhwc
 from .conv_mma_tf32_nhwc import ConvMmaTf32Nhwc
 from .dense_gemv import DenseGemv
 from .dense_gemm import DenseGemm
@@ -66,6 +67,7 @@ VARIANTS = [
     ConvMma(),                  # TF32 tensor cores: tf32 builds only (aotconv.precision)
     ConvMmaF16(),               # f16 tensor cores on half storage: fp16 builds only
     ConvMmaF16Nhwc(),           # ... channels last (NHWC in and out)
+    ConvWgmmaF16Nhwc(),         # ... on Hopper's warpgroup instruction (sm_90a)
     ConvMmaTf32Nhwc(),          # TF32 tensor cores channels last: tf32 builds only
     DenseGemv(),
     DenseGemm(),

@@ -263,7 +263,7 @@ class MmaNhwc(Variant):
             KCHK=rsc % c["BK"] != 0, MCHK=npq % c["BM"] != 0, NCHK=k % c["BN"] != 0,
             PAIRS=k % 2 == 0, EMULATE=emulated(), has_bias=bool(layer.attrs["bias"]),
             EPI=_epi(c), ELD=_eld(c), E_ITERS=ceil_div(vecs, wg), ECHK=vecs % wg != 0,
-            SMEM=el.smem_words(c))
+            SMEM=el.smem_words(c), WGMMA=False, INSN=0, WAIT=0)
         return d
 
     def _packed_words(self, layer, cfg):

@@ -15,6 +15,10 @@
 ##   kind                "half" or "float": what the direct epilogue stores
 ##   load1(p, i), load2(p, i), store1(p, i, v), store2(p, i, v)
 ##                       the direct epilogue's accesses to one element and to a pair
+##   optional, for the cp.async pipeline of a warpgroup GEMM (conv_wgmma_f16_nhwc):
+##   at(row, chunk)      the word of a 16-byte chunk of a tile row in a stage (default: rows of
+##                       LD words)
+##   pipeline(el)        a def for the main loop in place of setup()'s (after the accumulators)
 ##
 ## define(name, value, comment): a #define line, its comment aligned (for the variants' headers)
 ## sizes(el):               the #defines of the work-group's and the layer's sizes
@@ -50,6 +54,12 @@ def a_cond(kchk, hchk, wchk):
     return " && ".join((["k < RSC"] if kchk else [])
                        + (["(uint)(ih0[it] + r * DH) < (uint)H"] if hchk else [])
                        + (["(uint)(iw0[it] + s * DW) < (uint)W"] if wchk else []))
+
+
+def row_major(row, chunk):
+    """The word of 16-byte chunk `chunk` of local row `row` in the mma.sync layout: rows of LD
+    words (the default of el["at"])."""
+    return "%s * LD + %s * 4" % (row, chunk)
 
 
 def comment(text, indent=8, width=95):
@@ -162,21 +172,25 @@ ${define("CH", CH, "%s vectors per row of a step (BK / %d)" % (vector, vec))}
 }
 </%def>\
 <%def name="store_regs(el, buf)">\
+<% at = el.get("at") or row_major %>\
 {
     __local uint* const as = smem + (${buf}) * STAGE;
     __local uint* const bs = as + A_SIZE;
     #pragma unroll
     for (int it = 0; it < A_ITERS; ++it)
-        *(__local ${el["vector"]}*)(as + (arow + it * A_RSTEP) * LD + achunk * 4) = pa[it];
+        *(__local ${el["vector"]}*)(as + ${at("(arow + it * A_RSTEP)", "achunk")}) = pa[it];
     #pragma unroll
     for (int it = 0; it < B_ITERS; ++it) {
         const int e = tid + it * WG;
-        *(__local ${el["vector"]}*)(bs + e / CH * LD + e % CH * 4) = pb[it];
+        *(__local ${el["vector"]}*)(bs + ${at("e / CH", "e % CH")}) = pb[it];
     }
 }
 </%def>\
 <%def name="load_async(el, kt, buf)">\
-<% acond = a_cond(KCHK, HCHK, WCHK) %>\
+<%
+    acond = a_cond(KCHK, HCHK, WCHK)
+    at = el.get("at") or row_major                 # a 16-byte chunk's word in the stage
+%>\
 {
     // step ${kt} straight into stage ${buf}: taps in the padding and chunks past R*S*C zeroed
     __local uint* const as = smem + (${buf}) * STAGE;
@@ -189,16 +203,16 @@ ${define("CH", CH, "%s vectors per row of a step (BK / %d)" % (vector, vec))}
     for (int it = 0; it < A_ITERS; ++it) {
 % if acond:
         const bool ok = ${acond};
-        CP_ASYNC16(as + (arow + it * A_RSTEP) * LD + achunk * 4, ok ? x + xo[it] + off : x, ok);
+        CP_ASYNC16(as + ${at("(arow + it * A_RSTEP)", "achunk")}, ok ? x + xo[it] + off : x, ok);
 % else:
-        CP_ASYNC16(as + (arow + it * A_RSTEP) * LD + achunk * 4, x + xo[it] + off, true);
+        CP_ASYNC16(as + ${at("(arow + it * A_RSTEP)", "achunk")}, x + xo[it] + off, true);
 % endif
     }
     __global const ${el["vector"]}* const wt = wp + (get_group_id(1) * KTILES + ${kt}) * (BN * CH);
     #pragma unroll
     for (int it = 0; it < B_ITERS; ++it) {
         const int e = tid + it * WG;
-        CP_ASYNC16(bs + e / CH * LD + e % CH * 4, wt + e, true);
+        CP_ASYNC16(bs + ${at("e / CH", "e % CH")}, wt + e, true);
     }
 }
 </%def>\
@@ -341,7 +355,9 @@ void ${prefix}(__global const ${el["vector"]}* restrict x, __global const ${el["
             for (int q = 0; q < 4; ++q)
                 acc[mi][ni][q] = 0.0f;
 
-% if CPASYNC:
+% if el.get("pipeline"):
+${capture(el["pipeline"], el)}\
+% elif CPASYNC:
     // CPASYNC stages: steps 0 .. CPASYNC-2 in flight first, one commit group a step; at step kt
     // wait for its group, meet (everyone's copies landed, everyone done with stage kt - 1),
     // put step kt + CPASYNC - 1 in flight into that stage, multiply stage kt % CPASYNC

@@ -12,7 +12,92 @@
               load2=lambda p, i: capture(c.LOADV, 2, p, i),
               store1=lambda p, i, v: capture(c.STORE, p, i, v),
               store2=lambda p, i, v: capture(c.STOREV, 2, p, i, v))
+    if WGMMA:
+        # conv_wgmma_f16_nhwc: the stages in the tensor cores' core matrices, its own main loop
+        el.update(at=lambda row, chunk: "CORE(%s, %s)" % (row, chunk), pipeline=wg_pipeline)
 %>\
+<%def name="wg_pipeline(el)">\
+<% unroll = nh.attr.pragma_unroll(EMULATE) %>\
+    // CPASYNC stages, steps 0 .. CPASYNC-2 in flight first, one cp.async group a step. At step
+    // kt: wait for its group, fence (the copies, made by the generic proxy, visible to the
+    // tensor cores' async proxy), meet (everyone's copies landed); issue the step's wgmmas on
+    // stage kt % CPASYNC as one group, and wait until at most WAIT groups are in flight; meet
+    // again (every warpgroup done with stage (kt - WAIT) % CPASYNC) and put step
+    // kt + CPASYNC - 1 in flight into the stage of step kt - 1 (WAIT = 1: the step kt - 1
+    // whose wgmmas the wait just saw finish; so with WAIT = 1 the tensor cores work on step kt
+    // through the second meeting and the refill)
+    // this warpgroup's 64 rows of the activation tile and WTN channels of the weight tile, as
+    // shared-window byte addresses; a 16-deep k-step is the next two 16-byte chunks
+    const uint sa0 = SMEM_ADDR(smem) + (wm >> 2) * (8 * CH * 128);
+    const uint sb0 = SMEM_ADDR(smem + A_SIZE) + wn * (WTN / 8 * CH * 128);
+% if CPASYNC:
+    #pragma unroll 1
+    for (int st = 0; st < CPASYNC - 1; ++st) {
+        if (st < KTILES)
+${nh.attr.indent(capture(nh.load_async, el, "st", "st"), 8)}\
+        CP_COMMIT();
+    }
+    #pragma unroll 1
+    for (int kt = 0; kt < KTILES; ++kt) {
+        CP_WAIT();
+        FENCE_PROXY_ASYNC();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            const uint sa = sa0 + (kt % CPASYNC) * (STAGE * 4), sb = sb0 + (kt % CPASYNC) * (STAGE * 4);
+            WG_FENCE();
+            ${unroll}
+            for (int ks = 0; ks < BK / 16; ++ks) {
+% for j0 in range(0, NI, INSN // 8):
+                WGMMA_${j0}(DESC(sa + ks * 256), DESC(sb + ${j0} * CH * 128 + ks * 256));
+% endfor
+            }
+            WG_COMMIT();
+            WG_WAIT();
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            const int nk = kt + CPASYNC - 1;
+            if (nk < KTILES)
+${nh.attr.indent(capture(nh.load_async, el, "nk", "nk % CPASYNC"), 12)}\
+            CP_COMMIT();
+        }
+    }
+% else:
+    // the register double buffer (DBUF): step 0 into stage 0; then each step loads step kt + 1
+    // into registers, issues its wgmmas on stage kt % 2, stores step kt + 1 into the other
+    // stage while they run (its last reader, step kt - 1, finished before the last meeting),
+    // fences, waits for them and meets
+    uint4 pa[A_ITERS], pb[B_ITERS];
+${nh.attr.indent(capture(nh.load_regs, el, "0"), 4)}\
+${nh.attr.indent(capture(nh.store_regs, el, "0"), 4)}\
+    FENCE_PROXY_ASYNC();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    #pragma unroll 1
+    for (int kt = 0; kt < KTILES; ++kt) {
+        if (kt + 1 < KTILES) {
+${nh.attr.indent(capture(nh.load_regs, el, "(kt + 1)"), 12)}\
+        }
+        {
+            const uint sa = sa0 + (kt & 1) * (STAGE * 4), sb = sb0 + (kt & 1) * (STAGE * 4);
+            WG_FENCE();
+            ${unroll}
+            for (int ks = 0; ks < BK / 16; ++ks) {
+% for j0 in range(0, NI, INSN // 8):
+                WGMMA_${j0}(DESC(sa + ks * 256), DESC(sb + ${j0} * CH * 128 + ks * 256));
+% endfor
+            }
+            WG_COMMIT();
+        }
+        if (kt + 1 < KTILES) {
+${nh.attr.indent(capture(nh.store_regs, el, "1 - (kt & 1)"), 12)}\
+        }
+        FENCE_PROXY_ASYNC();
+        WG_WAIT_ALL();
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+% endif
+    WG_WAIT_ALL();
+</%def>\
 // ${prefix}: channels-last convolution as an implicit GEMM on the tensor cores, half operands as stored, FP32 sums (${variant})
 //   in ${BATCH}x${C}x${H}x${W} -> out ${BATCH}x${K}x${P}x${Q}, kernel ${R}x${S}, stride ${SH}x${SW},
 //   pad top/left/bottom/right ${PT}/${PL}/${PB}/${PR}, dilation ${DH}x${DW},
@@ -20,10 +105,18 @@
 // Y[m][n] = sum_k X[m][k] * W[k][n] with M = N*P*Q = ${NPQ} output pixels, N = K = ${K} output
 //   channels, k = (r, s, c) over R*S*C = ${RSC}, c innermost: 8 consecutive k are 8 consecutive
 //   halves of one input pixel, one uint4 load. X (im2col of the input) is read in place.
+% if WGMMA:
+// A work-group of WM / 4 x WN warpgroups (4 warps each) computes a BM x BN tile (pixels x
+// channels); each warpgroup its 64 x WTN part with wgmma.mma_async m64n${INSN}k16 .f16 (sm_90a:
+// aotconv.ptx), its operands read by the tensor cores from local memory through matrix
+// descriptors, FP32 accumulators: warp w of a warpgroup holds rows 16 (w % 4) .. + 15 as the
+// NI 8-column tiles of mma.sync's accumulator fragments. Halves travel as their bits.
+% else:
 // A work-group of WM x WN warps computes a BM x BN tile (pixels x channels); each warp its
 // WTM x WTN part as MI x NI tiles of mma.sync m16n8k16 .f16 (16 x 8 outputs, 16 deep, FP32
 // accumulators). Halves travel as their bits: a uint word is two consecutive channels, the
 // lower first (an .f16x2 register).
+% endif
 
 // -- tunables
 ${define("BM", BM, "tile in M (output pixels) per work-group")}
@@ -46,6 +139,18 @@ ${nh.sizes(el)}\
 // A, b0 of B; likewise g + 8 and t + 4) takes 32 different banks; an ldmatrix phase (8 rows
 // of 16 bytes) the same 32. Without PAD (LD = 8, 16, 32) rows collide 2 to 8 ways.
 ${define("LD", LD, "words per local row")}
+% if WGMMA:
+// ... as the tensor cores' core matrices instead (no swizzle): 8 rows x 16 bytes (8 halves) in
+// 128 contiguous bytes; the core matrix of rows 8i.. and chunk j of a tile sits at byte
+// 128 (i * CH + j), so chunks adjacent in k are 128 bytes apart (the descriptors' leading
+// offset) and row blocks CH * 128 (their stride offset). A warp's cp.async writes (4 rows x CH
+// chunks, or 32 rows of one chunk) are 512 contiguous bytes: no bank conflict.
+${define("CORE(r, j)", "((((r) >> 3) * CH + (j)) * 32 + ((r) & 7) * 4)", "word of chunk j of row r")}
+${define("INSN", INSN, "channels per wgmma (m64nINSNk16)")}
+// a matrix descriptor: start address, leading (k) and stride (8-row) byte offsets, each >> 4
+#define DESC(a) ((ulong)(((a) >> 4) & 0x3FFFu) | ((ulong)(128 >> 4) << 16) \
+                 | ((ulong)((CH * 128) >> 4) << 32))
+% endif
 ${define("A_SIZE", "(BM * LD)")}
 ${define("B_SIZE", "(BN * LD)")}
 ${define("STAGE", "(A_SIZE + B_SIZE)")}
@@ -106,6 +211,34 @@ ${nh.cp_async_ptx()}\
     asm("{\n\t.reg .b16 l_, h_;\n\tmov.b32 {l_, h_}, %2;\n\t" \
         "cvt.f32.f16 %0, l_;\n\tcvt.f32.f16 %1, h_;\n\t}" : "=f"(lo), "=f"(hi) : "r"(w))
 % endif
+% if WGMMA:
+<%
+    nacc = INSN // 2                            # accumulators of one wgmma per lane
+    regs = ", ".join("%%%d" % i for i in range(nacc))
+%>\
+#ifndef AOTCONV_SM90A
+#error "conv_wgmma_f16_nhwc runs only as the sm_90a PTX that aotconv makes of it (aotconv.ptx); built from source alone its multiplies would be comments"
+#endif
+// the sm_90a instructions, each behind the marker aotconv.ptx uncomments (the compiler puts
+// the operands' registers in as in any asm text). A __local pointer as uint is its address in
+// the shared window.
+#define SMEM_ADDR(p) ((uint)(p))
+#define FENCE_PROXY_ASYNC() asm volatile("//@sm_90a fence.proxy.async.shared::cta;" ::: "memory")
+#define WG_FENCE() asm volatile("//@sm_90a wgmma.fence.sync.aligned;" ::: "memory")
+#define WG_COMMIT() asm volatile("//@sm_90a wgmma.commit_group.sync.aligned;" ::: "memory")
+#define WG_WAIT() asm volatile("//@sm_90a wgmma.wait_group.sync.aligned ${WAIT};" ::: "memory")
+#define WG_WAIT_ALL() asm volatile("//@sm_90a wgmma.wait_group.sync.aligned 0;" ::: "memory")
+// acc[0][J0 .. J0 + INSN/8 - 1] += the warpgroup's A (64 x 16) * B (16 x INSN), by descriptors
+% for j0 in range(0, NI, INSN // 8):
+#define WGMMA_${j0}(da, db) asm volatile( \
+    "//@sm_90a { .reg .pred p; setp.ne.b32 p, %${nacc + 2}, 0;\n" \
+    "//@sm_90a wgmma.mma_async.sync.aligned.m64n${INSN}k16.f32.f16.f16 {${regs}}, %${nacc}, %${nacc + 1}, p, 1, 1, 0, 0; }" \
+% for j in range(0, INSN // 8, 2):
+    ${":" if j == 0 else ","} ${", ".join('"+f"(acc[0][%d][%d])' % (j0 + jj, q) for jj in (j, j + 1) for q in range(4))} \
+% endfor
+    : "l"(da), "l"(db), "r"(1) : "memory")
+% endfor
+% endif
 #else
 // the half whose bits are h as a float, exactly (normal, subnormal, zero, infinity, NaN)
 inline float half_bits(uint h)
@@ -162,6 +295,40 @@ ${nh.ldsm_emulated()}\
     (hi) = half_bits((w) >> 16); \
 } while (0)
 % endif
+% if WGMMA:
+// wgmma m64nINSNk16 of the warpgroup: lane (g, t) of warp w computes its accumulators (rows
+// 16 (w % 4) + g (+ 8), channels 8 j + 2t (+ 1)) from the halves its descriptors locate
+// (start address, leading and stride byte offsets) in local memory, in k order; addresses
+// are byte offsets from smem
+#define SMEM_ADDR(p) ((uint)(((__local const uint*)(p) - smem) * 4))
+#define FENCE_PROXY_ASYNC()
+#define WG_FENCE()
+#define WG_COMMIT()
+#define WG_WAIT()
+#define WG_WAIT_ALL()
+#define DESC_AT(d, s) (((uint)((d) >> (s)) & 0x3FFFu) << 4)
+#define WGMMA_EMU(J0, da, db) do { \
+    const uint ab_ = DESC_AT(da, 0), al_ = DESC_AT(da, 16), as_ = DESC_AT(da, 32); \
+    const uint bb_ = DESC_AT(db, 0), bl_ = DESC_AT(db, 16), bs_ = DESC_AT(db, 32); \
+    for (int j_ = 0; j_ < INSN / 8; ++j_) \
+        for (int q_ = 0; q_ < 4; ++q_) { \
+            const int r_ = (warp & 3) * 16 + g + (q_ >> 1) * 8, c_ = j_ * 8 + 2 * t + (q_ & 1); \
+            float s_ = acc[0][(J0) + j_][q_]; \
+            for (int k_ = 0; k_ < 16; k_ += 2) { \
+                const uint wa_ = smem[(ab_ + (r_ >> 3) * as_ + (k_ >> 3) * al_ \
+                                       + (r_ & 7) * 16 + (k_ & 7) * 2) >> 2]; \
+                const uint wb_ = smem[(bb_ + (c_ >> 3) * bs_ + (k_ >> 3) * bl_ \
+                                       + (c_ & 7) * 16 + (k_ & 7) * 2) >> 2]; \
+                s_ = fma(half_bits(wa_ & 0xffffu), half_bits(wb_ & 0xffffu), s_); \
+                s_ = fma(half_bits(wa_ >> 16), half_bits(wb_ >> 16), s_); \
+            } \
+            acc[0][(J0) + j_][q_] = s_; \
+        } \
+} while (0)
+% for j0 in range(0, NI, INSN // 8):
+#define WGMMA_${j0}(da, db) WGMMA_EMU(${j0}, da, db)
+% endfor
+% endif
 #endif
 % if EPI:
 
@@ -215,7 +382,9 @@ void ${prefix}_pack(__global const ushort* restrict w, __global uint* restrict w
 
 ${nh.head(el)}\
 % if EPI:
-    __local uint4 smem4[SMEM / 4];             // the stages, then the staged epilogue
+    __local uint4 smem4[SMEM / 4]${" __attribute__((aligned(128)))" if WGMMA else ""};             // the stages, then the staged epilogue
+% elif WGMMA:
+    __local uint4 smem4[NBUF * STAGE / 4] __attribute__((aligned(128)));
 % else:
     __local uint4 smem4[NBUF * STAGE / 4];     // uint4: the vector stores stay aligned
 % endif
