@@ -3,7 +3,8 @@
 NVIDIA's OpenCL compiles a program for the device's plain architecture (sm_90 on an H100), and
 ptxas rejects the warpgroup instructions there: wgmma is sm_90a code. The driver, though, takes
 PTX as a program binary and assembles it itself, and PTX that says `.target sm_90a` builds and
-runs on an H100 (driver 580.159.04; tools/probe_wgmma.py checks it on a device). So:
+runs on an H100 (driver 580.159.04: conv_wgmma_f16_nhwc's tuning and libraries, results/h100/
+fp16-e2e.md). So:
 
 - A kernel writes each sm_90a instruction of its inline asm behind the marker MARK, a PTX
   comment: the compiler substitutes the asm operands (registers) into the comment as into any
