@@ -108,6 +108,7 @@ def _tune(groups, device, tmp_path, lanes, budget=40, progress=None, name="r.jso
 
 # -- the wall time, the results and the budget ------------------------------------------------
 
+@pytest.mark.timing           # a wall-time ratio: the serial tier, not beside another worker
 def test_lanes_overlap_compiles_and_keep_the_results(groups, tmp_path):
     """Each layer waits for its batch's compiles (0.1 s) before its short runs: one lane
     leaves the device idle meanwhile, four lanes keep it busy. Same measurements, same
