@@ -501,7 +501,7 @@ class Native:
         self.counts = {"cubin": 0, "driver": 0}
         self.why = None
         self._lock = threading.Lock()           # binary() runs in threads, one per program
-        if "NVIDIA" not in (device.vendor or "").upper():
+        if not ptx.is_nvidia(device):
             return
         try:
             major = device.get_info(CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV)

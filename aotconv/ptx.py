@@ -36,7 +36,8 @@ def needs_rewrite(source):
 
 
 def is_nvidia(device):
-    return "NVIDIA" in device.platform.name
+    """An OpenCL device of NVIDIA's driver (whose CL_PROGRAM_BINARIES is PTX)."""
+    return "NVIDIA" in (device.vendor or "").upper()
 
 
 def rewrite(ptx):

@@ -3,8 +3,8 @@ instruction (wgmma.mma_async m64nNk16 .f16, FP32 accumulation) for a --precision
 
 The GEMM, its loads and its epilogues are conv_mma_f16_nhwc's (aotconv.variants.mma_nhwc, the
 template conv_mma_f16_nhwc.cl.mako rendered with WGMMA): M = N*P*Q output pixels, N = K output
-channels, the reduction k = (r, s, c), every global load one 16-byte cp.async of 8 channels in a
-CPASYNC-stage pipeline. What differs is the multiply:
+channels, the reduction k = (r, s, c), every global load 16 bytes of 8 channels, through
+CPASYNC cp.async stages or the register double buffer (DBUF). What differs is the multiply:
 
 - A warpgroup (4 warps, 128 work-items) computes 64 rows (pixels) by WTN = BN / WN channels of
   the tile with one wgmma per INSN channels per 16-deep k-step. The tensor cores read both
@@ -12,12 +12,14 @@ CPASYNC-stage pipeline. What differs is the multiply:
   registers: the instruction mma.sync needs 2 x MI x NI ldmatrix-fed registers per k-step for.
 - The stages hold the tiles as the descriptors' core matrices (8 rows x 16 bytes, contiguous;
   no swizzle): chunk j of rows 8i.. at byte 128 (i * CH + j); the leading (k) byte offset of
-  the descriptors is 128, the stride (8-row) offset CH * 128. PAD, DBUF and LDSM are fixed at
-  0: the layout needs no padding, the loads are cp.async, and nothing is read by ldmatrix.
-- Each step: its cp.async group waited for, `fence.proxy.async` (the copies, made by the
+  the descriptors is 128, the stride (8-row) offset CH * 128. PAD and LDSM are fixed at 0: the
+  layout needs no padding, and nothing is read by ldmatrix.
+- With cp.async, each step: its group waited for, `fence.proxy.async` (the copies, made by the
   generic proxy, visible to the tensor cores' async proxy), the work-group barrier, then
-  wgmma.fence, the step's wgmmas, commit and wait for them (wait_group 0) before the next
-  step's barrier lets its stage be refilled.
+  wgmma.fence, the step's wgmmas, commit and a wait until at most WAIT groups are in flight,
+  a second barrier, and the refill of the stage the previous step read. With the register
+  double buffer, the next step is loaded into registers while the step's wgmmas run and
+  stored into the other stage before the wait (docs/variants/conv_wgmma_f16_nhwc.md).
 - Warp w of a warpgroup holds rows 16 (w % 4) .. + 15 of its 64 as the accumulator fragments of
   NI = WTN / 8 mma.sync tiles (the wgmma's D layout is m16n8's, repeated), so both epilogues
   are conv_mma_f16_nhwc's with one 16-row tile per warp (MI = 1, WM = 4 warps per warpgroup
@@ -38,11 +40,9 @@ Domain: conv_mma_f16_nhwc's (groups 1, C % 8 == 0, NHWC in and out, a fused resi
 storage), on a device of compute capability 9.0 exactly (sm_90a code runs there alone) or with
 the switch.
 """
-import re
-
 from .base import Constraint, Knob
 from .conv_common import enough_work_groups
-from .conv_mma import ACCUMULATORS_FIT, emulated
+from .conv_mma import ACCUMULATORS_FIT, emulated, has_tensor_cores
 from .conv_mma_f16 import F16_MMA_CONSTRAINTS
 from .conv_mma_f16_nhwc import ConvMmaF16Nhwc
 from .mma_nhwc import HALF, STAGES_NOT_OVERSIZED, epilogue_constraint, load_constraints, \
@@ -53,8 +53,7 @@ SM90A = (9, 0)                       # sm_90a: Hopper (H100, H200, GH200) alone
 
 def has_wgmma(target):
     """An NVIDIA device of compute capability 9.0 (the profile's, or the live device's)."""
-    cc = tuple(getattr(target, "compute_capability", ()) or ())
-    return bool(re.search("nvidia", target.vendor, re.I)) and cc == SM90A
+    return has_tensor_cores(target) and tuple(target.compute_capability) == SM90A
 
 
 def _wtn(c):
