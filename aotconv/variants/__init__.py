@@ -31,6 +31,7 @@ from .conv_mma import ConvMma
 from .conv_mma_f16 import ConvMmaF16
 from .conv_mma_f16_nhwc import ConvMmaF16Nhwc
 from .conv_wgmma_f16_nhwc import ConvWgmmaF16Nhwc
+from .conv_wgmma_halo_f16_nhwc import ConvWgmmaHaloF16Nhwc
 from .conv_mma_tf32_nhwc import ConvMmaTf32Nhwc
 from .dense_gemv import DenseGemv
 from .dense_gemm import DenseGemm
@@ -68,6 +69,7 @@ VARIANTS = [
     ConvMmaF16(),               # f16 tensor cores on half storage: fp16 builds only
     ConvMmaF16Nhwc(),           # ... channels last (NHWC in and out)
     ConvWgmmaF16Nhwc(),         # ... on Hopper's warpgroup instruction (sm_90a)
+    ConvWgmmaHaloF16Nhwc(),     # ... its 3x3s from a halo tile staged once per BK channels
     ConvMmaTf32Nhwc(),          # TF32 tensor cores channels last: tf32 builds only
     DenseGemv(),
     DenseGemm(),

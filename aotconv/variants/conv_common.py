@@ -52,12 +52,13 @@ def whole_simd_groups(wg):
 
 
 def enough_work_groups(work_groups, tile=OCCUPANCY_TILE,
-                       when="the layer has enough 64x64 tiles to give them"):
+                       when="the layer has enough 64x64 tiles to give them", per_cu=None):
     """BEAST's minimum occupancy; `work_groups(layer, cfg)`: the work-groups of the run. A
     layer with fewer than `tile` outputs per wanted work-group is exempt (`when` says when it
-    is not, in the reason)."""
+    is not, in the reason). `per_cu(layer, cfg, target)`: the work-groups wanted per compute
+    unit where not the target's min_wg_per_cu."""
     def ok(l, c, t):
-        want = t.min_wg_per_cu * t.compute_units
+        want = (per_cu(l, c, t) if per_cu else t.min_wg_per_cu) * t.compute_units
         if count(l.out_shape) < want * tile:
             return True                             # too small to fill the device anyway
         return work_groups(l, c) >= want

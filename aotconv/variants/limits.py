@@ -242,13 +242,16 @@ def device_constraints(variant, target):
             f"a work-group dimension above the device limit {tuple(target.max_wg_dims)}",
             lambda l, c, t: all(d <= m for s in geo.lsizes(l, c)
                                 for d, m in zip(s, t.max_wg_dims))))
+    # the work-groups a compute unit should hold: the target's, or fewer where the variant says
+    # so for a point (min_wg_per_cu(layer, cfg, target), e.g. one large warpgroup work-group)
+    occupancy = getattr(variant, "min_wg_per_cu", None) or (lambda l, c, t: t.min_wg_per_cu)
     if target.min_wg_per_cu > 1:
         per_cu = target.local_mem_per_cu or target.local_mem_bytes
         out.append(Constraint(
             "device.occupancy_local_mem", "hardware",
             f"fewer than {target.min_wg_per_cu} work-groups per compute unit fit in its "
             f"{per_cu} B of local memory (BEAST's minimum occupancy)",
-            lambda l, c, t: t.min_wg_per_cu * local_mem(l, c) <= per_cu))
+            lambda l, c, t: occupancy(l, c, t) * local_mem(l, c) <= per_cu))
     own_regs = getattr(variant, "registers", None)
     if own_regs is not None:
         def regs(l, c):
@@ -263,7 +266,7 @@ def device_constraints(variant, target):
                 "device.occupancy_registers", "hardware",
                 f"fewer than {target.min_wg_per_cu} work-groups per compute unit fit in its "
                 f"{target.registers_per_cu} registers",
-                lambda l, c, t: t.min_wg_per_cu * geo.wg(l, c) * regs(l, c)
+                lambda l, c, t: occupancy(l, c, t) * geo.wg(l, c) * regs(l, c)
                 <= t.registers_per_cu))
     return out
 

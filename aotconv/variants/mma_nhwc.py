@@ -263,7 +263,7 @@ class MmaNhwc(Variant):
             KCHK=rsc % c["BK"] != 0, MCHK=npq % c["BM"] != 0, NCHK=k % c["BN"] != 0,
             PAIRS=k % 2 == 0, EMULATE=emulated(), has_bias=bool(layer.attrs["bias"]),
             EPI=_epi(c), ELD=_eld(c), E_ITERS=ceil_div(vecs, wg), ECHK=vecs % wg != 0,
-            SMEM=el.smem_words(c), WGMMA=False, INSN=0, WAIT=0)
+            SMEM=el.smem_words(c), WGMMA=False, INSN=0, WAIT=0, HALO=None)
         return d
 
     def _packed_words(self, layer, cfg):
@@ -274,12 +274,16 @@ class MmaNhwc(Variant):
     def buffers(self, layer, cfg):
         return {"wpack": self._packed_words(layer, cfg)}
 
+    def m_groups(self, layer, cfg):
+        """Work-groups along M: BM output pixels each."""
+        return ceil_div(_dims(layer)[0], cfg["BM"])
+
     def launches(self, layer, cfg, prefix):
-        npq, k, _ = _dims(layer)
+        _, k, _ = _dims(layer)
         run_args = with_residual(layer, (In(0), Buffer("wpack"))
                                  + ((Param("bias"),) if layer.attrs["bias"] else ()) + (Out(),))
         return [Launch(f"{prefix}_pack", (Param("weight"), Buffer("wpack")),
                        (round_up(self._packed_words(layer, cfg), 64),), (64,), phase="setup"),
                 Launch(prefix, run_args,
-                       (ceil_div(npq, cfg["BM"]) * _wg(cfg), ceil_div(k, cfg["BN"])),
+                       (self.m_groups(layer, cfg) * _wg(cfg), ceil_div(k, cfg["BN"])),
                        (_wg(cfg), 1))]

@@ -19,6 +19,11 @@
 ##   at(row, chunk)      the word of a 16-byte chunk of a tile row in a stage (default: rows of
 ##                       LD words)
 ##   pipeline(el)        a def for the main loop in place of setup()'s (after the accumulators)
+##   halo                True where the pipeline stages the activations itself (setup() then
+##                       computes no im2col rows)
+##   pixel(row, indent)  a def declaring the NHWC pixel `m` of tile row `row` in the epilogues
+##                       (or `continue`-ing past a row that stores nothing), in place of
+##                       m0 + row checked against N*P*Q
 ##
 ## define(name, value, comment): a #define line, its comment aligned (for the variants' headers)
 ## sizes(el):               the #defines of the work-group's and the layer's sizes
@@ -316,6 +321,7 @@ void ${prefix}(__global const ${el["vector"]}* restrict x, __global const ${el["
 % endif
 #endif
 
+% if not el.get("halo"):
     // This work-item's rows of the activation tile: pixels arow + it * A_RSTEP, at its chunk
     // of ${el["vec"]} channels achunk; per pixel the ${vector} offset of its window's top-left tap (ih0, iw0
     // kept where the padding needs a check). A row past N*P*Q reads a real pixel instead; it
@@ -345,6 +351,7 @@ void ${prefix}(__global const ${el["vector"]}* restrict x, __global const ${el["
         iw0[it] = w0;
 % endif
     }
+% endif
 
     float acc[MI][NI][4];                      // mma tile (mi, ni) of this warp: c0..c3
     #pragma unroll
@@ -424,6 +431,13 @@ ${indent(capture(multiply, el, "0"), 8)}\
         #pragma unroll
         for (int it = 0; it < E_ITERS; ++it) {
             const int sr = (tid + it * WG) / BN${el["vec"]};          // staged row: warp row sr / 16
+% if el.get("pixel"):
+% if ECHK:
+            if (sr >= E_ROWS)
+                break;
+% endif
+${capture(el["pixel"], "sr / 16 * WTM + mi * 16 + sr % 16", 12)}\
+% else:
             const int m = m0 + sr / 16 * WTM + mi * 16 + sr % 16;
 % if ECHK:
             if (sr >= E_ROWS)
@@ -432,6 +446,7 @@ ${indent(capture(multiply, el, "0"), 8)}\
 % if MCHK:
             if (m >= NPQ)
                 continue;
+% endif
 % endif
 % if NCHK:
             if (n >= K)
@@ -453,10 +468,14 @@ ${caller.body()}\
     for (int mi = 0; mi < MI; ++mi)
         #pragma unroll
         for (int h = 0; h < 2; ++h) {
+% if el.get("pixel"):
+${capture(el["pixel"], "wm * WTM + mi * 16 + g + h * 8", 12)}\
+% else:
             const int m = m0 + wm * WTM + mi * 16 + g + h * 8;
 % if MCHK:
             if (m >= NPQ)
                 continue;
+% endif
 % endif
             #pragma unroll
             for (int ni = 0; ni < NI; ++ni) {

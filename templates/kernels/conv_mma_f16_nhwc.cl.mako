@@ -15,6 +15,10 @@
     if WGMMA:
         # conv_wgmma_f16_nhwc: the stages in the tensor cores' core matrices, its own main loop
         el.update(at=lambda row, chunk: "CORE(%s, %s)" % (row, chunk), pipeline=wg_pipeline)
+    if HALO:
+        # conv_wgmma_halo_f16_nhwc: the activations staged once per BK channels as a halo tile,
+        # the tile's rows slots of the padded input (the epilogue maps them to pixels)
+        el.update(pipeline=halo_pipeline, halo=True, pixel=halo_pixel)
 %>\
 <%def name="wg_pipeline(el)">\
 <% unroll = nh.attr.pragma_unroll(EMULATE) %>\
@@ -98,6 +102,143 @@ ${nh.attr.indent(capture(nh.store_regs, el, "1 - (kt & 1)"), 12)}\
 % endif
     WG_WAIT_ALL();
 </%def>\
+<%def name="halo_pipeline(el)">\
+<% unroll = nh.attr.pragma_unroll(EMULATE) %>\
+    // The work-group's slots u0 .. u0 + BM - 1 of strip ox0 / TW. This work-item's vectors of a
+    // halo tile: e = tid + it * WG is slot u0 + e / CH at 8-channel chunk e % CH (= tid % CH:
+    // CH divides the work-group), read at x[hx[it] + the step's chunk], or zeros where
+    // hx[it] < 0 (the padding, a slot past the last image, or e past the tile)
+    const int u0 = get_group_id(0) % TILES * BM, ox0 = get_group_id(0) / TILES * TW;
+    int hx[H_ITERS];
+    #pragma unroll
+    for (int it = 0; it < H_ITERS; ++it) {
+        const int e = tid + it * WG, su = u0 + e / CH;
+        const int pr = su / TWH, iy = pr % HP - PT, ix = ox0 + su % TWH - PL;
+        hx[it] = e < NS * CH && pr < BATCH * HP && (uint)iy < (uint)H && (uint)ix < (uint)W
+                 ? ((pr / HP * H + iy) * W + ix) * C8 + tid % CH : -1;
+    }
+    // HBUF halo buffers (planes of slots), then WBUF weight tiles (core matrices); this
+    // warpgroup's 64 rows are slots 64 (wm / 4) .. of the halo, its WTN channels those of wn
+    __local uint* const hs = smem;
+    __local uint* const ws = smem + HBUF * HSIZE;
+    const uint sa0 = SMEM_ADDR(hs) + (wm >> 2) * (64 * 16);
+    const uint sb0 = SMEM_ADDR(ws) + wn * (WTN / 8 * CH * 128);
+    // The register double buffer: the first channels' halo and step 0's weights into buffers
+    // 0; then each step loads the next step's weights (and, at the first tap of BK channels,
+    // the next channels' halo) into registers, issues its wgmmas, stores them into the other
+    // buffers while the wgmmas run (their last readers finished before the last meeting),
+    // fences, waits for the wgmmas and meets.${" With one halo buffer (HBUF = 1) the next channels' halo waits in the registers until the last tap's wgmmas are done, then is stored behind one more meeting." if HALO["HBUF"] == 1 else ""}${" With WAIT = 1 a step's wgmmas run on through the meeting and the next step's loads: the wait leaves them in flight and sees the previous step's done, so three weight tiles rotate, and the next channels' halo is stored a tap later (step kt - 1, its old buffer's last reader, done)." if WAIT else ""}
+    uint4 ph[H_ITERS], pb[B_ITERS];
+${halo_load("0")}\
+${halo_store("0")}\
+${weights_load("0")}\
+${weights_store("0")}\
+    FENCE_PROXY_ASYNC();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    #pragma unroll 1
+    for (int kt = 0; kt < KTILES; ++kt) {
+% if HALO["HBUF"] == 2:
+        const int tap = kt % (R * S), hb = kt / (R * S) & 1;
+% else:
+        const int tap = kt % (R * S), hb = 0;
+% endif
+        const bool halo_next = tap == 0 && kt + R * S < KTILES;
+% if WAIT and HALO["HBUF"] == 2:
+        const bool halo_store_now = tap == 1 && kt - 1 + R * S < KTILES;
+% endif
+        if (kt + 1 < KTILES) {
+${nh.attr.indent(capture(weights_load, "(kt + 1)"), 8)}\
+        }
+        if (halo_next) {
+${nh.attr.indent(capture(halo_load, "(kt / (R * S) + 1)"), 8)}\
+        }
+        {
+            // tap (r, s): the halo r rows and s slots on; a 16-deep k-step: two planes on
+            const uint sa = sa0 + hb * (HSIZE * 4) + (tap / S * TWH + tap % S) * 16;
+            const uint sb = sb0 + ${"(kt & 1)" if HALO["WBUF"] == 2 else "(kt % WBUF)"} * (WSIZE * 4);
+            WG_FENCE();
+            ${unroll}
+            for (int ks = 0; ks < BK / 16; ++ks) {
+% for j0 in range(0, NI, INSN // 8):
+                WGMMA_${j0}(DESC_A(sa + ks * (2 * NSP * 16)), DESC(sb + ${j0} * CH * 128 + ks * 256));
+% endfor
+            }
+            WG_COMMIT();
+        }
+        if (kt + 1 < KTILES) {
+${nh.attr.indent(capture(weights_store, "(1 - (kt & 1))" if HALO["WBUF"] == 2 else "((kt + 1) % WBUF)"), 8)}\
+        }
+% if HALO["HBUF"] == 2:
+        if (${"halo_store_now" if WAIT else "halo_next"}) {
+${nh.attr.indent(capture(halo_store, "(1 - hb)"), 8)}\
+        }
+% endif
+        FENCE_PROXY_ASYNC();
+% if WAIT:
+        WG_WAIT();
+% else:
+        WG_WAIT_ALL();
+% endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+% if HALO["HBUF"] == 1:
+        if (tap == R * S - 1 && kt + 1 < KTILES) {
+            // every tap of these channels multiplied: the next channels' halo into the buffer
+% if WAIT:
+            WG_WAIT_ALL();
+            barrier(CLK_LOCAL_MEM_FENCE);
+% endif
+${nh.attr.indent(capture(halo_store, "0"), 12)}\
+            FENCE_PROXY_ASYNC();
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+% endif
+    }
+    WG_WAIT_ALL();
+</%def>\
+<%def name="halo_load(chunk)">\
+    #pragma unroll
+    for (int it = 0; it < H_ITERS; ++it)
+        ph[it] = hx[it] >= 0 ? x[hx[it] + ${chunk} * CH] : (uint4)(0u);
+</%def>\
+<%def name="halo_store(buf)">\
+    #pragma unroll
+    for (int it = 0; it < H_ITERS; ++it) {
+        const int e = tid + it * WG;
+% if HALO["NS"] * CH % WG:
+        if (e < NS * CH)
+% endif
+        *(__local uint4*)(hs + ${buf} * HSIZE + (e % CH * NSP + e / CH) * 4) = ph[it];
+    }
+</%def>\
+<%def name="weights_load(kt)">\
+    {
+        __global const uint4* const wt = wp + (get_group_id(1) * KTILES + ${kt}) * (BN * CH);
+        #pragma unroll
+        for (int it = 0; it < B_ITERS; ++it)
+% if BN * CH % WG:
+            if (tid + it * WG < BN * CH)
+% endif
+            pb[it] = wt[tid + it * WG];
+    }
+</%def>\
+<%def name="weights_store(buf)">\
+    #pragma unroll
+    for (int it = 0; it < B_ITERS; ++it) {
+        const int e = tid + it * WG;
+% if BN * CH % WG:
+        if (e < BN * CH)
+% endif
+        *(__local uint4*)(ws + ${buf} * WSIZE + CORE(e / CH, e % CH)) = pb[it];
+    }
+</%def>\
+<%def name="halo_pixel(row, ind)">\
+<% pad = " " * ind %>\
+${pad}const int u = u0 + ${row};          // the tile row's slot: padded row pr, column u % TWH
+${pad}const int pr = u / TWH, yq = pr % HP, xq = u % TWH;
+${pad}if (xq >= TW || ox0 + xq >= Q || yq >= P || pr >= BATCH * HP)
+${pad}    continue;
+${pad}const int m = (pr / HP * P + yq) * Q + ox0 + xq;
+</%def>\
 // ${prefix}: channels-last convolution as an implicit GEMM on the tensor cores, half operands as stored, FP32 sums (${variant})
 //   in ${BATCH}x${C}x${H}x${W} -> out ${BATCH}x${K}x${P}x${Q}, kernel ${R}x${S}, stride ${SH}x${SW},
 //   pad top/left/bottom/right ${PT}/${PL}/${PB}/${PR}, dilation ${DH}x${DW},
@@ -111,6 +252,15 @@ ${nh.attr.indent(capture(nh.store_regs, el, "1 - (kt & 1)"), 12)}\
 // aotconv.ptx), its operands read by the tensor cores from local memory through matrix
 // descriptors, FP32 accumulators: warp w of a warpgroup holds rows 16 (w % 4) .. + 15 as the
 // NI 8-column tiles of mma.sync's accumulator fragments. Halves travel as their bits.
+% if HALO:
+// The activations as a halo tile rather than im2col rows (stride 1, dilation 1): the tile's
+// rows are BM consecutive slots of the padded input's grid, one strip TW outputs wide (slot
+// (img, y, x): image img, padded row y of HP = P + R - 1, column x of TWH = TW + S - 1; the
+// slots x >= TW or y >= P are computed and dropped). Output slot u's tap (r, s) is input slot
+// u + r TWH + s, so per BK channels the work-group stages NS = BM + (R - 1) TWH + S - 1 slots
+// once and every tap's wgmma reads them through a descriptor R x S offsets apart; the weights
+// stream one tap (BN x BK) a step: the K steps are (BK channels, tap), taps innermost.
+% endif
 % else:
 // A work-group of WM x WN warps computes a BM x BN tile (pixels x channels); each warp its
 // WTM x WTN part as MI x NI tiles of mma.sync m16n8k16 .f16 (16 x 8 outputs, 16 deep, FP32
@@ -151,6 +301,28 @@ ${define("INSN", INSN, "channels per wgmma (m64nINSNk16)")}
 #define DESC(a) ((ulong)(((a) >> 4) & 0x3FFFu) | ((ulong)(128 >> 4) << 16) \
                  | ((ulong)((CH * 128) >> 4) << 32))
 % endif
+% if HALO:
+// -- the halo tile: slots of the padded input, TW outputs (TWH slots) wide a strip
+${define("TW", HALO["TW"], "outputs per strip")}
+${define("TWH", HALO["TWH"], "slots per padded row: TW + S - 1")}
+${define("HP", HALO["HP"], "padded rows per image: P + R - 1")}
+${define("STRIPS", HALO["STRIPS"], "strips: Q / TW, rounded up")}
+${define("TILES", HALO["TILES"], "BM-slot tiles per strip: BATCH * HP * TWH / BM, rounded up")}
+${define("NS", HALO["NS"], "slots of a halo tile: BM + (R - 1) * TWH + S - 1")}
+// a halo buffer holds CH planes of NSP 16-byte slots (8 channels each); NSP = NS rounded up to
+// 8 / CH (mod 8) slots, so the planes start 128 / CH bytes apart (mod 128): the 8 lanes of a
+// 16-byte store phase (8 / CH slots x CH planes) take 32 different banks
+${define("NSP", HALO["NSP"], "slots per plane")}
+${define("HSIZE", "(CH * NSP * 4)", "words per halo buffer")}
+${define("HBUF", HALO["HBUF"], "halo buffers")}
+${define("WSIZE", "(BN * CH * 4)", "words per weight tile (core matrices)")}
+${define("WBUF", HALO["WBUF"], "weight tiles: 2, or 3 with a step's wgmmas left in flight")}
+${define("H_ITERS", HALO["H_ITERS"], "16-byte halo vectors per work-item, rounded up")}
+${define("B_ITERS", HALO["B_ITERS"], "16-byte weight vectors per work-item, rounded up")}
+${define("SMEM", SMEM, "words of local memory: the halo buffers and two weight tiles, or a pass")}
+// the halo's descriptor: 8 consecutive slots a core matrix, the next 8 channels a plane on
+#define DESC_A(a) ((ulong)(((a) >> 4) & 0x3FFFu) | ((ulong)NSP << 16) | ((ulong)(128 >> 4) << 32))
+% else:
 ${define("A_SIZE", "(BM * LD)")}
 ${define("B_SIZE", "(BN * LD)")}
 ${define("STAGE", "(A_SIZE + B_SIZE)")}
@@ -160,6 +332,7 @@ ${define("NBUF", NBUF)}
 ${define("A_ITERS", A_ITERS)}
 ${define("B_ITERS", B_ITERS)}
 ${define("A_RSTEP", "(WG / CH)")}
+% endif
 % if EPI:
 // the staged epilogue (EPI = 1): MI passes; in pass mi every warp puts its accumulators of rows
 // mi * 16 .. mi * 16 + 15 of its tile, FP32, in rows wm * 16 .. of a [WM * 16][ELD] float
@@ -172,7 +345,9 @@ ${define("E_ROWS", "(WM * 16)", "pixels staged per pass")}
 ${define("BN8", "(BN / 8)", "16-byte output vectors per pixel of the tile")}
 ${define("E_VECS", "(E_ROWS * BN8)", "16-byte vectors per pass")}
 ${define("E_ITERS", E_ITERS, "... per work-item, rounded up")}
+% if not HALO:
 ${define("SMEM", SMEM, "words of local memory: the stages, or a pass where larger")}
+% endif
 % endif
 ${c.helpers()}
 % if EMULATE:
@@ -362,6 +537,10 @@ inline uint4 pack_half8_rte(float8 v)
 // kp) holds w[n][k] low and w[n][k + 1] high, n = nt * BN + j, k = kt * BK + 2 kp in (r, s, c)
 // order (k and k + 1 two channels of one tap: C is even); zero outside the layer (run once;
 // exact). A step's weight tile is one contiguous run of BN * BK/2 words.
+% if HALO:
+// With the halo tile a step is BK channels of one tap: step kt holds channels
+// kt / (R S) * BK + 2 kp (+ 1) of tap kt % (R S), so the taps of BK channels are R S steps.
+% endif
 __kernel __attribute__((reqd_work_group_size(64, 1, 1)))
 void ${prefix}_pack(__global const ushort* restrict w, __global uint* restrict wp)
 {
@@ -373,7 +552,11 @@ void ${prefix}_pack(__global const ushort* restrict w, __global uint* restrict w
     const int n = nt * BN + j, k = kt * BK + 2 * kp;
     uint v = 0u;
     if (n < K && k < RSC) {
+% if HALO:
+        const int tap = kt % (R * S), ch = kt / (R * S) * BK + 2 * kp;  // steps (BK channels, tap)
+% else:
         const int tap = k / C, ch = k % C;
+% endif
         const int wi = ((n * C + ch) * R + tap / S) * S + tap % S;
         v = (uint)w[wi] | (uint)w[wi + R * S] << 16;      // channels ch, ch + 1
     }
@@ -381,7 +564,9 @@ void ${prefix}_pack(__global const ushort* restrict w, __global uint* restrict w
 }
 
 ${nh.head(el)}\
-% if EPI:
+% if HALO:
+    __local uint4 smem4[SMEM / 4] __attribute__((aligned(128)));   // halo and weight buffers${", then the staged epilogue" if EPI else ""}
+% elif EPI:
     __local uint4 smem4[SMEM / 4]${" __attribute__((aligned(128)))" if WGMMA else ""};             // the stages, then the staged epilogue
 % elif WGMMA:
     __local uint4 smem4[NBUF * STAGE / 4] __attribute__((aligned(128)));
