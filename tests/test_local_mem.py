@@ -166,6 +166,8 @@ CASES = [
      (_knob_is("LDSM", bool), _knob_is("CPASYNC", bool))),
     ("conv_wgmma_f16_nhwc", "k3_64to64_half", H100_FP16,
      (_knob_is("DBUF", bool), _knob_is("CPASYNC", bool), _knob_is("EPI", bool))),
+    ("conv_wgmma_halo_f16_nhwc", "k3_64to64_half", H100_FP16,
+     (_knob_is("HBUF", lambda h: h == 1), _knob_is("WAIT", bool), _knob_is("EPI", bool))),
     ("conv_mma_tf32_nhwc", "k3_64to64", H100_TF32,
      (_knob_is("LDSM", bool), _knob_is("CPASYNC", bool), _knob_is("EPI", bool))),
     ("dense_direct", "dense_512to100", H100, (_knob_is("RED", lambda r: r == "group"),)),
