@@ -57,7 +57,7 @@ def geometry(layer, c):
     return dict(TW=tw, TWH=twh, HP=hp, STRIPS=ceil_div(q, tw),
                 TILES=ceil_div(n * hp * twh, c["BM"]), NS=ns, NSP=nsp,
                 H_ITERS=ceil_div(ns * ch, _wg(c)), B_ITERS=ceil_div(c["BN"] * ch, _wg(c)),
-                HBUF=c["HBUF"], WBUF=2 + c["WAIT"])
+                HBUF=c["HBUF"], WBUF=c["CPASYNC"] or 2 + c["WAIT"])
 
 
 def _slots(layer, c):
@@ -132,6 +132,13 @@ class ConvWgmmaHaloF16Nhwc(ConvWgmmaF16Nhwc):
                    "tap: R x S >= 2",
                    lambda l, c, t: not (c["WAIT"] and c["HBUF"] == 2)
                    or l.attrs["kernel"][0] * l.attrs["kernel"][1] >= 2),
+        Constraint("cp_async_pipeline", "algorithm",
+                   "the cp.async weight stages leave a step's wgmmas in flight (WAIT = 1) and "
+                   "store the next channels' halo at the last tap into the other of two "
+                   "buffers (HBUF = 2, R x S >= 2)",
+                   lambda l, c, t: not c["CPASYNC"] or (
+                       c["WAIT"] == 1 and c["HBUF"] == 2
+                       and l.attrs["kernel"][0] * l.attrs["kernel"][1] >= 2)),
         enough_work_groups(work_groups, per_cu=min_wg_per_cu),
     )
 
@@ -162,7 +169,8 @@ class ConvWgmmaHaloF16Nhwc(ConvWgmmaF16Nhwc):
                                      "the tensor cores multiply), or 1 (held in registers "
                                      "until the last tap, one more barrier per BK channels; "
                                      "room for larger tiles)"),
-                Knob("CPASYNC", (0,), "no cp.async stages"),
+                Knob("CPASYNC", (0, 4, 5), "weight tiles filled by cp.async, CPASYNC - 2 steps "
+                                           "ahead (0: through the registers, one step ahead)"),
                 Knob("LDSM", (0,), "no ldmatrix: the tensor cores read local memory"),
                 Knob("INSN", (128, 64, 256, 32), "channels per wgmma (its N)"),
                 Knob("WAIT", (1, 0), "wgmma groups left in flight at a step's end (1: the "
@@ -193,10 +201,11 @@ class ConvWgmmaHaloF16Nhwc(ConvWgmmaF16Nhwc):
 
     def registers(self, layer, cfg):
         """Accumulators (WTN / 2), a halo offset and a 16-byte vector per halo load and per
-        weight load, ~24; the staged epilogue holds a bias chunk."""
+        weight load through the registers, ~24; the staged epilogue holds a bias chunk."""
         c = cfg
         g = geometry(layer, c)
         h, b = g["H_ITERS"], g["B_ITERS"]
+        b = 0 if c["CPASYNC"] else b                   # cp.async: no weight registers
         return c["BN"] // c["WN"] // 2 + 5 * h + 4 * b + 24 + (HALF.vec if c["EPI"] else 0)
 
     def template_params(self, layer, cfg):

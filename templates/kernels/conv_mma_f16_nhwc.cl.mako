@@ -128,6 +128,57 @@ ${nh.attr.indent(capture(nh.store_regs, el, "1 - (kt & 1)"), 12)}\
     // the next channels' halo) into registers, issues its wgmmas, stores them into the other
     // buffers while the wgmmas run (their last readers finished before the last meeting),
     // fences, waits for the wgmmas and meets.${" With one halo buffer (HBUF = 1) the next channels' halo waits in the registers until the last tap's wgmmas are done, then is stored behind one more meeting." if HALO["HBUF"] == 1 else ""}${" With WAIT = 1 a step's wgmmas run on through the meeting and the next step's loads: the wait leaves them in flight and sees the previous step's done, so three weight tiles rotate, and the next channels' halo is stored a tap later (step kt - 1, its old buffer's last reader, done)." if WAIT else ""}
+% if CPASYNC:
+    // CPASYNC weight tiles filled by cp.async, CPASYNC - 2 steps ahead; the halo through the
+    // registers, loaded at the first tap of BK channels and stored at the last. Step kt: wait
+    // for its weights, fence (the copies, made by the generic proxy, visible to the tensor
+    // cores), meet (everyone's copies and halo stores landed, every warpgroup's step kt - 2
+    // done: each waited for it at the end of step kt - 1); issue the step's wgmmas; put step
+    // kt + CPASYNC - 2 in flight into the tile of step kt - 2; at the last tap store the next
+    // channels' halo into the other buffer (its last reader, the previous channels' last tap,
+    // is two steps back or more: R x S >= 2); wait until one wgmma group is left in flight.
+    uint4 ph[H_ITERS];
+${halo_load("0")}\
+${halo_store("0")}\
+    #pragma unroll 1
+    for (int st = 0; st < CPASYNC - 2; ++st) {
+        if (st < KTILES)
+${nh.attr.indent(capture(weights_async, "st", "st"), 12)}\
+        CP_COMMIT();
+    }
+    #pragma unroll 1
+    for (int kt = 0; kt < KTILES; ++kt) {
+        const int tap = kt % (R * S), hb = kt / (R * S) & 1;
+        CP_WAIT_STEP();
+        FENCE_PROXY_ASYNC();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (tap == 0 && kt + R * S < KTILES) {
+${nh.attr.indent(capture(halo_load, "(kt / (R * S) + 1)"), 8)}\
+        }
+        {
+            const uint sa = sa0 + hb * (HSIZE * 4) + (tap / S * TWH + tap % S) * 16;
+            const uint sb = sb0 + (kt % CPASYNC) * (WSIZE * 4);
+            WG_FENCE();
+            ${unroll}
+            for (int ks = 0; ks < BK / 16; ++ks) {
+% for j0 in range(0, NI, INSN // 8):
+                WGMMA_${j0}(DESC_A(sa + ks * (2 * NSP * 16)), DESC(sb + ${j0} * CH * 128 + ks * 256));
+% endfor
+            }
+            WG_COMMIT();
+        }
+        {
+            const int nk = kt + CPASYNC - 2;
+            if (nk < KTILES)
+${nh.attr.indent(capture(weights_async, "nk", "(nk % CPASYNC)"), 12)}\
+            CP_COMMIT();
+        }
+        if (tap == R * S - 1 && kt + 1 < KTILES) {
+${nh.attr.indent(capture(halo_store, "(1 - hb)"), 8)}\
+        }
+        WG_WAIT();
+    }
+% else:
     uint4 ph[H_ITERS], pb[B_ITERS];
 ${halo_load("0")}\
 ${halo_store("0")}\
@@ -193,6 +244,7 @@ ${nh.attr.indent(capture(halo_store, "0"), 12)}\
         }
 % endif
     }
+% endif
     WG_WAIT_ALL();
 </%def>\
 <%def name="halo_load(chunk)">\
@@ -220,6 +272,20 @@ ${nh.attr.indent(capture(halo_store, "0"), 12)}\
 % endif
             pb[it] = wt[tid + it * WG];
     }
+</%def>\
+<%def name="weights_async(kt, buf)">\
+{
+    __global const uint4* const wt = wp + (get_group_id(1) * KTILES + ${kt}) * (BN * CH);
+    __local uint* const wb = ws + ${buf} * WSIZE;
+    #pragma unroll
+    for (int it = 0; it < B_ITERS; ++it) {
+        const int e = tid + it * WG;
+% if BN * CH % WG:
+        if (e < BN * CH)
+% endif
+        CP_ASYNC16(wb + CORE(e / CH, e % CH), wt + e, true);
+    }
+}
 </%def>\
 <%def name="weights_store(buf)">\
     #pragma unroll
@@ -374,6 +440,10 @@ ${c.helpers()}
 ${nh.ldsm_ptx()}\
 % endif
 ${nh.cp_async_ptx()}\
+% if HALO and CPASYNC:
+// the halo pipeline's wait: step kt's weights landed, the CPASYNC - 3 steps after it in flight
+#define CP_WAIT_STEP() asm volatile("cp.async.wait_group ${CPASYNC - 3};" ::: "memory")
+% endif
 % if EPI:
 // 16 bytes of a read-only global buffer as four words, one vector load (a plain uint4 load
 // whose words are used one by one is split into four by the compiler)
@@ -457,6 +527,9 @@ ${nh.ldsm_emulated()}\
 #define CP_ASYNC16(dst, src, ok) (*(__local uint4*)(dst) = (ok) ? *(src) : (uint4)(0u))
 #define CP_COMMIT()
 #define CP_WAIT()
+% if HALO:
+#define CP_WAIT_STEP()
+% endif
 % endif
 % if EPI:
 // a plain uint4 load, and the conversions of cvt.rn.f16x2.f32 and cvt.f32.f16, exactly
