@@ -283,7 +283,7 @@ ${nh.attr.indent(capture(halo_store, "0"), 12)}\
 % if BN * CH % WG:
         if (e < BN * CH)
 % endif
-        CP_ASYNC16(wb + CORE(e / CH, e % CH), wt + e, true);
+        CP_ASYNC16(wb + e * 4, wt + e, true);
     }
 }
 </%def>\
@@ -294,7 +294,7 @@ ${nh.attr.indent(capture(halo_store, "0"), 12)}\
 % if BN * CH % WG:
         if (e < BN * CH)
 % endif
-        *(__local uint4*)(ws + ${buf} * WSIZE + CORE(e / CH, e % CH)) = pb[it];
+        *(__local uint4*)(ws + ${buf} * WSIZE + e * 4) = pb[it];
     }
 </%def>\
 <%def name="halo_pixel(row, ind)">\
@@ -612,7 +612,8 @@ inline uint4 pack_half8_rte(float8 v)
 // exact). A step's weight tile is one contiguous run of BN * BK/2 words.
 % if HALO:
 // With the halo tile a step is BK channels of one tap: step kt holds channels
-// kt / (R S) * BK + 2 kp (+ 1) of tap kt % (R S), so the taps of BK channels are R S steps.
+// kt / (R S) * BK + 2 kp (+ 1) of tap kt % (R S), so the taps of BK channels are R S steps;
+// and a step's words are in core-matrix order (below), copied to local memory as they are.
 % endif
 __kernel __attribute__((reqd_work_group_size(64, 1, 1)))
 void ${prefix}_pack(__global const ushort* restrict w, __global uint* restrict wp)
@@ -620,7 +621,14 @@ void ${prefix}_pack(__global const ushort* restrict w, __global uint* restrict w
     const int i = get_global_id(0);
     if (i >= (K + BN - 1) / BN * BN * (RSCP / 2))
         return;
+% if HALO:
+    // a step's tile in the tensor cores' core matrices, as local memory holds it: 16-byte chunk
+    // q = (row block * CH + chunk) * 8 + row % 8, so the work-group copies it straight
+    const int q = i % (BK / 2 * BN) / 4;
+    const int kp = q / 8 % CH * 4 + i % 4, j = q / (8 * CH) * 8 + q % 8;
+% else:
     const int kp = i % (BK / 2), j = i / (BK / 2) % BN;
+% endif
     const int kt = i / (BK / 2 * BN) % KTILES, nt = i / (BK / 2 * BN * KTILES);
     const int n = nt * BN + j, k = kt * BK + 2 * kp;
     uint v = 0u;
