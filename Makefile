@@ -27,10 +27,11 @@ demo: deps
 	$(BIN)/aotconv run build/$(NET)
 
 # Every test but the slow tier (marker `slow`, tests/conftest.py: the heavy PoCL sweeps'
-# extra cases and the big network builds); what CI runs (docs/testing.md). TEST_JOBS pytest
-# workers (pytest-xdist), a test file to a worker: PoCL compiles each kernel on one core, and
-# an empty kernel cache (a fresh machine) makes that most of the time. The `timing` tests (a
-# search against a scaled wall clock) run after the others, alone on the cores
+# extra cases, the big network builds and the heavy tests whose feature a cheaper one keeps);
+# what CI runs (docs/testing.md). TEST_JOBS pytest workers (pytest-xdist), a test file to a
+# worker: PoCL compiles each kernel on one core, and an empty kernel cache (a fresh machine)
+# makes that most of the time. The `timing` tests (a search against a scaled wall clock) run
+# after the others, alone on the cores
 TEST_JOBS ?= 2
 test: deps
 	$(BIN)/python -m pytest -q -x -m "not slow and not timing" -n $(TEST_JOBS) --dist loadfile

@@ -10,9 +10,10 @@
 - GPU (marker `gpu`): what needs a GPU target's own device; skipped where it is absent.
 
 Across the tiers, marker `slow` (heavy PoCL sweeps: `make test-full`): the cases of a sweep
-that cost compile time on PoCL without adding a feature the sweep's other cases lack, and
-whole-network builds beyond a small one. `make test` deselects them (`-m "not slow"`), `make
-test-full` runs everything. Mark a sweep's extra cases with
+that cost compile time on PoCL without adding a feature the sweep's other cases lack,
+whole-network builds beyond a small one, and the heavy tests (seconds each) whose feature a
+cheaper test keeps in `make test` (a comment above each names it). `make test` deselects them
+(`-m "not slow"`), `make test-full` runs everything. Mark a sweep's extra cases with
 `pytest.param(..., marks=pytest.mark.slow)`, or a whole test with `@pytest.mark.slow`; a
 parametrize list whose every value is slow is an error (check_sweeps_keep_a_quick_case), so
 that `make test` still runs one case of every swept feature.

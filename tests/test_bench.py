@@ -352,6 +352,9 @@ def test_end_to_end_row_on_pocl_times_run_from_numpy_and_from_the_pinned_buffers
     assert "ours run() from pinned buffers ms | ours the same, profiling off ms" in md
 
 
+# slow tier: 4.5 to 6 s; make test keeps the e2e bench on PoCL (the test above) and builds
+# --records-only --require-tuned (tests/test_shipped_choices.py, tests/test_borrow.py)
+@pytest.mark.slow
 def test_records_only_builds_the_end_to_end_network_from_the_records_alone(tmp_path, capsys,
                                                                           monkeypatch):
     """`aotconv bench --records-only`: the network is built as `aotconv build --records-only`

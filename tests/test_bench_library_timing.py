@@ -138,6 +138,9 @@ def test_a_failing_child_is_a_one_line_error(lenet5, tmp_path, monkeypatch, no_c
         assert "its time limit" in ours["error"]
 
 
+# slow tier: two builds and their timings, 4 to 9 s; make test keeps a crashed timing process as
+# a one-line error (test_a_failing_child_is_a_one_line_error)
+@pytest.mark.slow
 def test_the_bench_goes_on_after_a_timing_process_crashed(tmp_path, monkeypatch, no_core_files):
     """The first network's library crashes its timing process: that row says so in one line,
     and the next network is built and timed as usual."""
@@ -166,6 +169,9 @@ def test_the_bench_goes_on_after_a_timing_process_crashed(tmp_path, monkeypatch,
     assert "killed by SIGSEGV" in md
 
 
+# slow tier: two benches, 8 to 12 s; make test keeps the in-process timing against the child's
+# (test_the_child_gives_the_in_process_figures_without_torch)
+@pytest.mark.slow
 def test_ours_in_process_gives_a_row_of_the_same_keys(tmp_path):
     """`--ours-in-process` times the library in the bench's own process: a row of the same
     keys as the default's, which says where ours was timed."""

@@ -292,6 +292,10 @@ def test_torch_end_to_end_in_each_precision(prec):
 # -- for real on PoCL --------------------------------------------------------------------------
 
 
+# slow tier: 5 to 6 s; make test keeps the e2e bench on PoCL (tests/test_bench.py), an fp16
+# library against its half model (tests/test_fp16.py) and the check's tolerance of a deep fp16
+# library (tests/test_check_spread.py)
+@pytest.mark.slow
 @pytest.mark.skipif(not pocl_present(), reason="no PoCL device")
 def test_lenet5_end_to_end_in_fp16_on_pocl(tmp_path):
     """`aotconv bench --sets e2e --e2e lenet5:1 --precision fp16`: the library built in fp16,

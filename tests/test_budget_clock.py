@@ -353,6 +353,9 @@ def test_one_heavy_layer_is_no_alarm(tmp_path, monkeypatch):
     assert p.warnings == [] and time.monotonic() - t0 <= 2.0 + SCHED_S
 
 
+# slow tier: a 3-s budgeted search, 4 s; make test keeps the grants' arithmetic
+# (test_grants_keep_each_later_layer_its_measurement)
+@pytest.mark.slow
 def test_each_layer_leaves_one_measurement_to_every_layer_after_it(tmp_path, monkeypatch):
     """A layer with most of the network's cost had nearly all the search time, and the small
     layers after it, each owing one measurement (0.3 s here), ran past the clock."""
@@ -543,6 +546,10 @@ def test_a_layers_first_batch_leaves_its_deadline_to_its_first_measurement(tmp_p
     assert 2 <= r.new <= 6
 
 
+# slow tier: five conv spaces and searches, 6 to 7 s; make test keeps FirstPace
+# (test_first_pace_takes_the_first_measurement_out_of_the_first_batch) and a search after a late
+# first measurement (test_a_layer_keeps_its_share_after_a_late_first_measurement)
+@pytest.mark.slow
 def test_a_layers_first_measurement_is_not_the_pace_of_the_ones_after_it(tmp_path,
                                                                           monkeypatch):
     """Layers whose first measurement takes 0.3 s and every later one 0.03 s, each given its

@@ -122,6 +122,11 @@ def h100_build_at(monkeypatch, groups, spaces):
                         lambda layers, target: [by_sig[l.signature_str()] for l in layers])
 
 
+# slow tier (tests/conftest.py): a scaled 90-s ResNet-50 search, 7 to 8 s of the timing tier;
+# make test keeps the grants and a layer's share after a late first measurement
+# (tests/test_budget_clock.py: test_grants_keep_each_later_layer_its_measurement,
+# test_a_layer_keeps_its_share_after_a_late_first_measurement)
+@pytest.mark.slow
 def test_the_layers_that_start_first_measure_their_share(tmp_path, monkeypatch, resnet50):
     """Every layer of 5% or more of the network's cost measures at least two fifths of its
     share of the candidates measured (and 4), whatever its place in the network (before: layer1's

@@ -385,6 +385,10 @@ def _chosen(outdir):
     return {l["layer"]: l for l in doc["layers"]}
 
 
+# slow tier (tests/conftest.py): a tune and a build, 5 to 8 s; make test keeps conv_dw_nhwc's
+# space and kernels (above), a tune restricted by --where and the build's plan of its NHWC
+# choices (tests/test_nhwc_chain.py)
+@pytest.mark.slow
 def test_the_tuner_chooses_it_and_the_build_plans_its_layout(blocks, tmp_path):
     """`aotconv tune --where conv_dw_nhwc:...` on the depthwise layers, then a build from the
     records: they run conv_dw_nhwc in NHWC, the untuned 1x1 layers their NCHW fallbacks, with

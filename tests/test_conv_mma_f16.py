@@ -109,6 +109,10 @@ def test_no_tensor_cores_no_switch_no_points(name, cc, monkeypatch):
         assert _part(layer, t).points
 
 
+# slow tier: `aotconv space` on a ResNet-50 layer twice, 9 to 11 s; make test keeps the variant
+# offered by an fp16 build on tensor cores and by no other build
+# (test_an_fp16_build_on_tensor_cores_offers_it_and_no_other_build_does)
+@pytest.mark.slow
 def test_aotconv_space_lists_it_for_resnet50_on_the_h100(capsys, monkeypatch):
     monkeypatch.delenv(EMULATE_ENV, raising=False)
     argv = ["space", "resnet50", "--target", "h100", "--layer", "layer2.1.conv2"]

@@ -104,7 +104,8 @@ def _layer(batch, c=64, hw=7, k=128):
     return make_layer("conv", [(batch, c, hw, hw)], name="c", out=k, kernel=1)
 
 
-@pytest.mark.parametrize("batch", [1, 2])
+# batch 2 (CHWN stored apart from NCHW) in the slow tier (tests/conftest.py): 3 to 4.5 s
+@pytest.mark.parametrize("batch", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_restrict_layouts_keeps_the_points_that_store_as_asked(batch):
     target = TARGETS["h100"]
     layer = _layer(batch)

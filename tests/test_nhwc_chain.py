@@ -76,6 +76,11 @@ def _tuning(res):
     return {l["layer"]: l for l in doc["layers"]}
 
 
+# slow tier: a build with its check, 2 to 25 s (the tuned choices vary, and with them PoCL's
+# compile of the joined program); make test keeps the NHWC tune and the build's plan of it (the
+# test below) and the NHWC kernels against the reference (test_pool_nhwc.py,
+# test_eltwise_nhwc.py)
+@pytest.mark.slow
 def test_the_chain_stays_in_nhwc_and_matches_numpy(tuned):
     tmp, src, db, _ = tuned
     recs = [json.loads(l) for l in db.read_text().splitlines() if l.strip()]

@@ -202,6 +202,9 @@ def test_failed_build_leaves_previous_build_untouched(tmp_path, nets, alpha_buil
     assert not [k for k in after if k.startswith("beta")]
 
 
+# slow tier: 3.5 to 4 s; make test keeps a failed build leaving the previous one untouched
+# (test_failed_build_leaves_previous_build_untouched)
+@pytest.mark.slow
 def test_killed_build_leaves_previous_build_untouched(tmp_path, nets, alpha_build):
     out = built(alpha_build, tmp_path / "out")
     before, doc = snapshot(out), marker(out)
@@ -356,6 +359,9 @@ def test_second_open_of_a_locked_directory_fails_at_once(tmp_path):
         assert od.staging.is_dir()
 
 
+# slow tier: two builds in processes of their own, 4 s; make test keeps the directory's lock
+# (test_second_open_of_a_locked_directory_fails_at_once)
+@pytest.mark.slow
 def test_concurrent_builds_into_one_directory(tmp_path, nets):
     """A real build holds the directory; a second build of another network fails at once with
     one line, and the first finishes with its own files only."""

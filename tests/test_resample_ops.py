@@ -330,6 +330,10 @@ def test_more_points_of_each_space_on_pocl(case_id):
         assert ok, f"{v.name} [{cfg}] on {layer.signature_str()}: max error {err:.3g}"
 
 
+# slow tier (tests/conftest.py): 2.5 to 5 s; make test keeps the importer's mapping of these ops
+# (tests/test_onnx_resample.py), each variant against the reference on PoCL (above) and an ONNX
+# build checked against onnxruntime (tests/test_onnx_build.py)
+@pytest.mark.slow
 def test_onnx_decoder_built_and_checked_against_onnxruntime(tmp_path, capsys):
     """Conv, ConvTranspose + Relu (folded into its kernel), Resize nearest and linear, Softmax
     over the channels and LogSoftmax over the columns: `aotconv build model.onnx --check`."""

@@ -214,6 +214,10 @@ def test_variant_matches_reference_on_pocl(case_id):
         assert ok, f"{v.name} [{cfg}] on {layer.signature_str()}: max error {err:.3g}"
 
 
+# slow tier (tests/conftest.py): 3 to 4 s; make test keeps each op's variant against the
+# reference on PoCL (test_variant_matches_reference_on_pocl) and networks of several inputs
+# through the library (tests/test_fold_fuse.py, tests/test_inputs.py)
+@pytest.mark.slow
 def test_network_of_the_new_ops_through_the_library(tmp_path):
     """squeeze-and-excitation, a ShuffleNet unit and a crop built with --no-tune, run through the
     emitted library against the numpy reference and, where installed, PyTorch."""

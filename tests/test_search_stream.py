@@ -142,6 +142,10 @@ def test_trials_count_what_is_in_flight():
         ev([30])
 
 
+# slow tier (tests/conftest.py): a real conv space and two searches, 4.5 to 6.5 s; make test
+# keeps the streaming search (the tests above) and tune_layer on real measurers
+# (tests/test_lanes.py)
+@pytest.mark.slow
 def test_tune_layer_streams_with_a_measurer_that_overlaps_and_keeps_every_outcome(tmp_path):
     """A layer's search on a measurer that overlaps its work (streams = True) and has room
     for 8: candidates go in flight one by one while others are still measured, every one

@@ -144,7 +144,9 @@ def test_staged_enumeration_waits_for_the_knobs_a_constraint_reads():
     assert "ZeroDivisionError" in quick.errors["broken"]
 
 
-@pytest.mark.parametrize("target", ["h100", "pocl-cpu"])
+# the slow tier (tests/conftest.py) takes h100, 4.5 to 8.5 s; pocl-cpu stays in make test, and
+# h100's spaces against the walk too (tests/test_space_enum.py, conv_igemm on h100)
+@pytest.mark.parametrize("target", [pytest.param("h100", marks=pytest.mark.slow), "pocl-cpu"])
 def test_staged_enumeration_keeps_exactly_the_valid_points_of_the_real_variants(target):
     """Every registered variant that supports these small layers. Small products: the staged
     walk equals the full walk, points and order. Big ones (conv_igemm's millions): random
@@ -288,6 +290,9 @@ def test_budget_shared_by_cost_and_capped_by_space():
     assert s == pytest.approx([2.5, 7.5])
 
 
+# slow tier: 5 to 9 s; make test keeps the worker processes' spaces against layer_space
+# (tests/test_space_enum.py, test_worker_processes_send_the_same_points)
+@pytest.mark.slow
 def test_parallel_enumeration_equals_the_sequential_one(monkeypatch):
     """layer_spaces enumerates in worker processes; the points, counts and constraints it
     rebuilds are those of layer_space, layer by layer."""

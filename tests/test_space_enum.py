@@ -217,10 +217,16 @@ def network_layers(net):
 
 def _targets():
     """(name, target, the largest space compared): the GEMM variants' 31 000 to 39 000 points
-    on h100 alone, to keep `make test` quick."""
-    return [("h100", H100, 40000), ("pocl-cpu", POCL, 20000),
-            ("h100 tf32", with_precision(H100, "tf32"), 20000),
-            ("pocl-cpu fp16", with_precision(POCL, "fp16"), 20000)]
+    on h100 alone, to keep the others quick. The h100 cases (6 to 12 s each) are in the slow
+    tier; make test keeps pocl-cpu in both precisions, and h100's spaces against the walk in
+    test_conv_igemm_s_millions_of_points_as_the_walk."""
+    slow = pytest.mark.slow
+    return [pytest.param("h100", H100, 40000, marks=slow, id="h100"),
+            pytest.param("pocl-cpu", POCL, 20000, id="pocl-cpu"),
+            pytest.param("h100 tf32", with_precision(H100, "tf32"), 20000, marks=slow,
+                         id="h100 tf32"),
+            pytest.param("pocl-cpu fp16", with_precision(POCL, "fp16"), 20000,
+                         id="pocl-cpu fp16")]
 
 
 def _judged(layers, target, largest):
@@ -241,7 +247,7 @@ def _judged(layers, target, largest):
     return names, points
 
 
-@pytest.mark.parametrize("name,target,largest", _targets(), ids=[t[0] for t in _targets()])
+@pytest.mark.parametrize("name,target,largest", _targets())
 def test_every_variant_on_odd_layers_as_the_walks(name, target, largest):
     """Every variant that supports one of the odd layers (fused pools and residual adds, the
     precisions' own variants), up to `largest` points (conv_igemm below)."""
@@ -264,7 +270,8 @@ def test_every_variant_on_odd_layers_as_the_walks(name, target, largest):
 
 
 @pytest.mark.parametrize("net,layer,target", [
-    ("lenet5", "c1", "pocl-cpu"), ("lenet5", "c3", "h100"),
+    ("lenet5", "c1", "pocl-cpu"),
+    pytest.param("lenet5", "c3", "h100", marks=pytest.mark.slow),     # 2 to 4.5 s
     ("mobilenet_v2", "features.1.conv.0.0", "h100")])
 def test_conv_igemm_s_millions_of_points_as_the_walk(net, layer, target):
     """conv_igemm's 1 to 4 million points on small layers (the reference walk takes about a

@@ -50,6 +50,11 @@ def _build(tmp_path, capsys, *extra):
     return rc, capsys.readouterr().err
 
 
+# slow tier (tests/conftest.py): a tune of lenet5 in fp16 and a build of its choices, about
+# 50 s; make test keeps a conversion tuned by `aotconv tune` (the test below), the conversions
+# it lists (test_an_unknown_layer_is_one_line_that_lists_the_conversions) and a network's tune
+# measuring what its build measures (test_an_fp32_tune_that_inserts_no_conversion_...)
+@pytest.mark.slow
 def test_an_fp16_build_from_the_records_of_the_advised_tune_has_every_layer(tmp_path, capsys):
     # with no records the build refuses, and says which tune fills them
     rc, err = _build(tmp_path, capsys)

@@ -3,6 +3,7 @@ the documented SUBSET by default, every case with AOTCONV_ONNX_CONFORMANCE=all
 (`make test-onnx`). A case aotconv does not take is skipped with its reason; a case of the
 SUBSET must pass. The backend's split of a model's inputs into the tensors fed at run time
 and the parameters it specialises is tested device-free below."""
+import functools
 import os
 import unittest
 
@@ -18,16 +19,27 @@ from aotconv.onnx_import import import_model  # noqa: E402
 from aotconv.onnx_import.backend import AotconvBackend, tensor_inputs  # noqa: E402
 
 _ALL = os.environ.get("AOTCONV_ONNX_CONFORMANCE") == "all"
-_BY_NAME = {c.name: c for cs in conformance.cases().values() for c in cs}
-_CASES = [c for c in _BY_NAME.values() if _ALL or c.name in conformance.SUBSET]
+
+
+@functools.lru_cache(maxsize=None)
+def _by_name():
+    """{name: ONNX's TestCase} of every case conformance.cases() gives. Loaded by the first test
+    that reads it, not at collection: ONNX computes every case's data as it loads them (about
+    13 s on two busy cores), which a run that selects none of these tests need not pay."""
+    return {c.name: c for cs in conformance.cases().values() for c in cs}
+
+
+# the cases by name: the SUBSET's names need nothing loaded; every case's needs them all
+_NAMES = list(_by_name()) if _ALL else list(conformance.SUBSET)
 
 
 def test_the_subset_names_cases_that_exist():
-    assert set(conformance.SUBSET) <= set(_BY_NAME)
+    assert set(conformance.SUBSET) <= set(_by_name())
 
 
-@pytest.mark.parametrize("case", _CASES, ids=lambda c: c.name)
-def test_node(case):
+@pytest.mark.parametrize("name", _NAMES)
+def test_node(name):
+    case = _by_name()[name]
     try:
         conformance.run_case(case)
     except unittest.SkipTest as e:
@@ -57,7 +69,7 @@ def _model(nodes, inputs, outputs, inits=()):
     ("test_reshape_reduced_dims", ["data"]),              # shape
 ])
 def test_the_backend_feeds_the_tensors_an_op_computes_on(name, tensors):
-    assert tensor_inputs(_BY_NAME[name].model) == tensors
+    assert tensor_inputs(_by_name()[name].model) == tensors
 
 
 def test_an_input_read_as_a_tensor_anywhere_stays_an_input():
@@ -98,6 +110,6 @@ def test_parameters_become_initializers_and_the_tensors_are_fed_in_the_networks_
 
 
 def test_run_refuses_a_wrong_number_of_inputs():
-    rep = AotconvBackend.prepare(_BY_NAME["test_add"].model, "CPU")
+    rep = AotconvBackend.prepare(_by_name()["test_add"].model, "CPU")
     with pytest.raises(ValueError, match=r"expected 2 inputs \(x, y\), got 1"):
         rep.run([np.zeros((3, 4, 5), np.float32)])
