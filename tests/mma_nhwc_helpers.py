@@ -8,6 +8,7 @@ from dataclasses import replace
 import re
 import shutil
 import subprocess
+from pathlib import Path
 import time
 import warnings
 import zlib
@@ -235,6 +236,23 @@ def to_ptx(clang, src):
          "-Dasm=__asm__", "-Wno-pointer-to-int-cast", "-S", "-", "-o", "-"],
         input=src, capture_output=True, text=True)
     return run.returncode, run.stdout, run.stderr
+
+
+def assemble_sm90a(v, layer, cfg):
+    """clang's PTX of `v`'s kernel (nvptx, built with aotconv.ptx's define), rewritten for
+    sm_90a as aotconv.ptx does, and ptxas -v run on it: (the rewritten PTX, ptxas's result)."""
+    import tempfile
+    from aotconv import ptx
+    clang, ptxas = clang_nvptx()
+    rc, out, err = to_ptx(clang, NVPTX_PRELUDE + f"#define {ptx.NEEDS} 1\n"
+                          + v.render(layer, cfg, "k"))
+    assert rc == 0, err[-2000:]
+    fixed = ptx.rewrite(out.replace(".target sm_80", ".target sm_90"))
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "k.ptx").write_text(fixed)
+        r = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(Path(d, "k.ptx")), "-o",
+                            str(Path(d, "k.cubin"))], capture_output=True, text=True)
+    return fixed, r
 
 
 def ptxas_registers(ptxas, ptx, tmp_path, cfg):

@@ -96,20 +96,19 @@ def strips(q):
     return tuple([q] + parts if q <= 64 else parts + [q])
 
 
+# conv_wgmma_f16_nhwc's constraints this variant keeps, by name
+_PARENT = {c.name: c for c in ConvWgmmaF16Nhwc.constraints}
+
+
 class ConvWgmmaHaloF16Nhwc(ConvWgmmaF16Nhwc):
     name = "conv_wgmma_halo_f16_nhwc"
     added_knobs = ()
 
     constraints = (
         F16_MMA_CONSTRAINTS[0],                                         # storage_half
-        ConvWgmmaF16Nhwc.constraints[1],                                # wgmma
-        Constraint("warpgroup_rows", "algorithm",
-                   "a warpgroup (4 warps along M) computes 64 rows: BM = 16 WM, WM a multiple "
-                   "of 4",
-                   lambda l, c, t: c["WM"] % 4 == 0 and c["BM"] == 16 * c["WM"]),
-        Constraint("instructions_cover_warpgroup", "algorithm",
-                   "a warpgroup's BN / WN channels are whole wgmmas of INSN channels",
-                   lambda l, c, t: c["BN"] % c["WN"] == 0 and c["BN"] // c["WN"] % c["INSN"] == 0),
+        _PARENT["wgmma"],
+        _PARENT["warpgroup_rows"],
+        _PARENT["instructions_cover_warpgroup"],
         Constraint("channels_whole_steps", "algorithm",
                    "a step is BK channels of one tap: BK divides C",
                    lambda l, c, t: l.in_shape[1] % c["BK"] == 0),
@@ -154,16 +153,18 @@ class ConvWgmmaHaloF16Nhwc(ConvWgmmaF16Nhwc):
         return why
 
     def knobs(self, layer, target):
-        q = layer.out_shape[3]
+        """conv_wgmma_f16_nhwc's knobs, BK, the pipeline's (DBUF, CPASYNC, WAIT) and BM's
+        meaning replaced, with the strip width TW and the halo buffers HBUF."""
+        p = {k.name: k for k in super().knobs(layer, target)}
         return [Knob("BM", (128, 64, 256), "slots (output pixels and the padding's) per "
                                            "work-group: 64 per warpgroup along M"),
-                Knob("BN", (128, 64, 256, 32), "tile in N (output channels) per work-group"),
+                p["BN"],
                 Knob("BK", (32, 16, 64), "channels of a halo tile and of a step"),
-                Knob("WM", (8, 4, 16), "warps along M (4 per warpgroup)"),
-                Knob("WN", (1, 2), "warpgroups along N"),
-                Knob("TW", strips(q), "outputs per strip of the padded input's grid (its "
-                                      "slots per row: TW + S - 1)"),
-                Knob("PAD", (0,), "no padding: the core matrices are contiguous"),
+                p["WM"], p["WN"],
+                Knob("TW", strips(layer.out_shape[3]), "outputs per strip of the padded "
+                                                       "input's grid (its slots per row: "
+                                                       "TW + S - 1)"),
+                p["PAD"],
                 Knob("DBUF", (1,), "register double buffer"),
                 Knob("HBUF", (2, 1), "halo buffers: 2 (the next channels' halo stored while "
                                      "the tensor cores multiply), or 1 (held in registers "
@@ -171,13 +172,11 @@ class ConvWgmmaHaloF16Nhwc(ConvWgmmaF16Nhwc):
                                      "room for larger tiles)"),
                 Knob("CPASYNC", (0, 4, 5), "weight tiles filled by cp.async, CPASYNC - 2 steps "
                                            "ahead (0: through the registers, one step ahead)"),
-                Knob("LDSM", (0,), "no ldmatrix: the tensor cores read local memory"),
-                Knob("INSN", (128, 64, 256, 32), "channels per wgmma (its N)"),
+                p["LDSM"], p["INSN"],
                 Knob("WAIT", (1, 0), "wgmma groups left in flight at a step's end (1: the "
                                      "tensor cores run on through the meeting and the next "
                                      "step's loads; three weight tiles)"),
-                Knob("EPI", (0, 1), "epilogue staged through local memory, stored in 16-byte "
-                                    "vectors (0: half2 stores from the fragments)")]
+                p["EPI"]]
 
     fallbacks = [dict(BM=bm, BN=bn, BK=bk, WM=wm, WN=1, PAD=0, DBUF=1, HBUF=2, CPASYNC=0, LDSM=0,
                       INSN=ins, WAIT=0, EPI=0)

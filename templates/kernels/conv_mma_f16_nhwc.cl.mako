@@ -156,16 +156,7 @@ ${nh.attr.indent(capture(weights_async, "st", "st"), 12)}\
 ${nh.attr.indent(capture(halo_load, "(kt / (R * S) + 1)"), 8)}\
         }
         {
-            const uint sa = sa0 + hb * (HSIZE * 4) + (tap / S * TWH + tap % S) * 16;
-            const uint sb = sb0 + (kt % CPASYNC) * (WSIZE * 4);
-            WG_FENCE();
-            ${unroll}
-            for (int ks = 0; ks < BK / 16; ++ks) {
-% for j0 in range(0, NI, INSN // 8):
-                WGMMA_${j0}(DESC_A(sa + ks * (2 * NSP * 16)), DESC(sb + ${j0} * CH * 128 + ks * 256));
-% endfor
-            }
-            WG_COMMIT();
+${halo_multiply("(kt % CPASYNC)", unroll)}\
         }
         {
             const int nk = kt + CPASYNC - 2;
@@ -205,16 +196,7 @@ ${nh.attr.indent(capture(halo_load, "(kt / (R * S) + 1)"), 8)}\
         }
         {
             // tap (r, s): the halo r rows and s slots on; a 16-deep k-step: two planes on
-            const uint sa = sa0 + hb * (HSIZE * 4) + (tap / S * TWH + tap % S) * 16;
-            const uint sb = sb0 + ${"(kt & 1)" if HALO["WBUF"] == 2 else "(kt % WBUF)"} * (WSIZE * 4);
-            WG_FENCE();
-            ${unroll}
-            for (int ks = 0; ks < BK / 16; ++ks) {
-% for j0 in range(0, NI, INSN // 8):
-                WGMMA_${j0}(DESC_A(sa + ks * (2 * NSP * 16)), DESC(sb + ${j0} * CH * 128 + ks * 256));
-% endfor
-            }
-            WG_COMMIT();
+${halo_multiply("(kt & 1)" if HALO["WBUF"] == 2 else "(kt % WBUF)", unroll)}\
         }
         if (kt + 1 < KTILES) {
 ${nh.attr.indent(capture(weights_store, "(1 - (kt & 1))" if HALO["WBUF"] == 2 else "((kt + 1) % WBUF)"), 8)}\
@@ -246,6 +228,19 @@ ${nh.attr.indent(capture(halo_store, "0"), 12)}\
     }
 % endif
     WG_WAIT_ALL();
+</%def>\
+## a step's wgmmas: halo buffer hb at the step's tap, weight tile `stage`
+<%def name="halo_multiply(stage, unroll)">\
+            const uint sa = sa0 + hb * (HSIZE * 4) + (tap / S * TWH + tap % S) * 16;
+            const uint sb = sb0 + ${stage} * (WSIZE * 4);
+            WG_FENCE();
+            ${unroll}
+            for (int ks = 0; ks < BK / 16; ++ks) {
+% for j0 in range(0, NI, INSN // 8):
+                WGMMA_${j0}(DESC_A(sa + ks * (2 * NSP * 16)), DESC(sb + ${j0} * CH * 128 + ks * 256));
+% endfor
+            }
+            WG_COMMIT();
 </%def>\
 <%def name="halo_load(chunk)">\
     #pragma unroll
