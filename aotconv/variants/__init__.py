@@ -35,6 +35,7 @@ from .conv_wgmma_halo_f16_nhwc import ConvWgmmaHaloF16Nhwc
 from .conv_mma_tf32_nhwc import ConvMmaTf32Nhwc
 from .dense_gemv import DenseGemv
 from .dense_gemm import DenseGemm
+from .dense_mma_f16 import DenseMmaF16
 from .scale import ScaleDirect
 from .channel_copy import ChannelShuffleDirect, ChannelSliceDirect
 from .crop import CropDirect
@@ -73,6 +74,7 @@ VARIANTS = [
     ConvMmaTf32Nhwc(),          # TF32 tensor cores channels last: tf32 builds only
     DenseGemv(),
     DenseGemm(),
+    DenseMmaF16(),              # f16 tensor cores, weights read in place: fp16 builds only
     ScaleDirect(),
     ChannelShuffleDirect(),
     ChannelSliceDirect(),

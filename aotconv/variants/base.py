@@ -267,6 +267,8 @@ class Variant:
                                 # index it computes fits) or 64 for long
     half_storage = False        # True: renders half-storage kernels (--precision fp16), its
                                 # own buffers and scratch staying FP32 (docs/precision.md)
+    includes = ()               # the shared templates the template renders defs of (paths
+                                # under templates/, e.g. "kernels/_mma_f16.mako"): hashed with it
     added_knobs = ()            # ((name, value), ...): knobs added after records of the
                                 # variant were made, last in knob order, each with the value
                                 # whose kernel those records ran (Variant.completed)
@@ -359,5 +361,7 @@ class Variant:
         """Changes whenever the template or this variant's source changes: part of tuning keys."""
         h = hashlib.sha256()
         h.update((TEMPLATE_DIR / self.template).read_bytes())
+        for path in self.includes:
+            h.update((TEMPLATE_DIR / path).read_bytes())
         h.update(class_source(type(self)).encode())
         return h.hexdigest()[:16]

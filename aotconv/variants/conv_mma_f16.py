@@ -114,6 +114,7 @@ class ConvMmaF16(Variant):
     name = "conv_mma_f16"
     ops = ("conv",)
     template = "kernels/conv_mma_f16.cl.mako"
+    includes = ("kernels/_mma_f16.mako",)
     half_storage = True          # reads and writes half; FP32 products and sums (the fp16 math)
     added_knobs = (("EPI", 0),)  # a record made before EPI ran the direct epilogue
 

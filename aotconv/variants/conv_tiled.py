@@ -10,8 +10,16 @@ the layer's sizes). Weights are re-laid out once, in set_params, to [G][K/KT][C/
 zero-padded, so a tap's KT filter values are one aligned vector load, uniform across the
 work-items of a filter block; WCONST puts them in __constant memory when they fit.
 
-Domain: every convolution (any kernel, stride, asymmetric pad, dilation, groups); NCHW in and
-out.
+OUTL = NHWC writes the output channels-last: a work-item stores, per pixel, its KT consecutive
+channels as one vector (32 bytes of halves at KT = 16), where the channels-last variants read
+them; a pixel's channel blocks then run on consecutive work-items, which write its channels
+together (whole sectors: written one block at a time, far apart, the partial sectors cost a
+read of memory each, measured 7x slower on the H100). That serves a network's first convolution (three input channels: no channels-last
+variant takes it, their loads are 8 channels wide) in front of channels-last layers, without a
+conversion of its whole output in between; the input (and a fused residual) stays NCHW.
+
+Domain: every convolution (any kernel, stride, asymmetric pad, dilation, groups); NCHW in, NCHW
+or NHWC out.
 """
 from .base import (Variant, Knob, Constraint, Launch, In, Out, Param, Buffer, bias_arg, ceil_div,
                    pow2_at_least, round_up)
@@ -49,7 +57,7 @@ def _work_groups(layer, cfg):
     return ceil_div(_items(layer, cfg), cfg["WG"])
 
 
-_FALLBACKS = [dict(KT=kt, QT=qt, WG=wg, VW=1, WCONST=0)
+_FALLBACKS = [dict(KT=kt, QT=qt, WG=wg, VW=1, WCONST=0, OUTL="NCHW")
               for kt, qt in ((4, 4), (2, 4), (4, 2), (1, 4), (2, 2), (4, 1), (1, 2), (2, 1), (1, 1))
               for wg in (64, 32, 128, 256)]
 
@@ -59,6 +67,7 @@ class ConvTiled(Variant):
     ops = ("conv",)
     template = "kernels/conv_tiled.cl.mako"
     half_storage = True
+    added_knobs = (("OUTL", "NCHW"),)   # a record made before OUTL wrote NCHW
 
     constraints = row_block_constraints() + (
         not_oversized("kt_not_oversized",
@@ -69,6 +78,13 @@ class ConvTiled(Variant):
                    "idle work-items",
                    lambda l, c, t: c["WG"] <= max(32, min(t.simd_width, 64),
                                                   pow2_at_least(_items(l, c)))),
+        Constraint("constant_reads_uniform", "hardware",
+                   "with OUTL = NHWC the channel blocks of a pixel run on consecutive "
+                   "work-items, so a SIMD group reads K/KT different weight vectors at once: "
+                   "__constant memory serves one address at a time (global memory's cache "
+                   "serves them together)",
+                   lambda l, c, t: not c["WCONST"] or c.get("OUTL", "NCHW") == "NCHW"
+                   or _blocks(l, c)[0] == 1),
         Constraint("weights_fit_constant", "hardware",
                    "__constant memory is only guaranteed 64 KiB; larger packed weights stay "
                    "global",
@@ -79,13 +95,19 @@ class ConvTiled(Variant):
 
     # domain: every convolution (any kernel, stride, pad, dilation and groups)
 
+    def layouts_of(self, layer, cfg):
+        return "NCHW", cfg.get("OUTL", "NCHW")
+
     def knobs(self, layer, target):
-        return [Knob("KT", (4, 8, 2, 1), "output channels per work-item (register block in K)"),
+        return [Knob("KT", (4, 8, 2, 1, 16), "output channels per work-item (register block in "
+                                             "K; with OUTL = NHWC one vector store per pixel)"),
                 Knob("QT", (4, 8, 2, 1), "output pixels along a row per work-item (register "
                                          "block in Q)"),
                 Knob("WG", (64, 128, 256, 32), "work-items per work-group"),
                 Knob("VW", (1, 2, 4), "vector width of input-row loads and output stores"),
-                Knob("WCONST", (0, 1), "packed weights in __constant memory")]
+                Knob("WCONST", (0, 1), "packed weights in __constant memory"),
+                Knob("OUTL", ("NCHW", "NHWC"), "layout of the output written (the input is "
+                                               "read NCHW)")]
 
     def fallback(self, layer, target):
         return first_valid(self, layer, target, _FALLBACKS, lambda c: _work_groups(layer, c))
@@ -101,7 +123,8 @@ class ConvTiled(Variant):
         d.update(row_reads(layer, d, qt, cfg["VW"], qb))
         d.update(KB=kb, QB=qb, UNROLL_R=d["R"] * d["S"] * cfg["KT"] * qt <= MAX_UNROLLED_FMAS,
                  ITEMS=_items(layer, cfg), KCHK=(d["KG"] % cfg["KT"]) != 0,
-                 QCHK=(d["Q"] % qt) != 0, has_bias=bool(layer.attrs["bias"]))
+                 QCHK=(d["Q"] % qt) != 0, has_bias=bool(layer.attrs["bias"]),
+                 OUTL=cfg.get("OUTL", "NCHW"))     # a record made before OUTL: NCHW
         return d
 
     def buffers(self, layer, cfg):

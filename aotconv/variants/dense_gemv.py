@@ -59,6 +59,7 @@ class DenseGemv(Variant):
     name = "dense_gemv"
     ops = ("dense", "conv")
     template = "kernels/dense_gemv.cl.mako"
+    includes = ("kernels/_dense.mako",)
     half_storage = True
     scratch = True
     constraints = (

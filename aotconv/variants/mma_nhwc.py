@@ -26,7 +26,8 @@ from .residual import with_residual
 
 # What both variants' kernels come from besides their own template and class: the shared
 # template (loads, mma, main loop, epilogues) and this module (space, geometry, launches)
-SHARED_SOURCES = (TEMPLATE_DIR / "kernels" / "_mma_nhwc.mako", Path(__file__))
+SHARED_SOURCES = (TEMPLATE_DIR / "kernels" / "_mma_nhwc.mako",
+                  TEMPLATE_DIR / "kernels" / "_mma_f16.mako", Path(__file__))
 
 
 @dataclass(frozen=True)

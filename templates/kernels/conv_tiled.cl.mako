@@ -23,6 +23,9 @@ from aotconv.variants.kernel_text import comp, indent, plus, vtype
 #define WG ${WG}            // work-items per work-group
 #define VW ${VW}            // vector width of input-row loads and output stores
 #define WCONST ${WCONST}        // packed weights in __constant memory
+% if OUTL == "NHWC":
+// OUTL NHWC: the output is written channels-last
+% endif
 
 // -- the layer
 #define BATCH ${BATCH}
@@ -111,11 +114,21 @@ void ${prefix}(__global const ${c.T()}* restrict x, ${wmem} const float* ${"" if
     const int gid = get_global_id(0);
     if (gid >= ITEMS)
         return;
+% if OUTL == "NHWC":
+    // a pixel's channel blocks (kb, then the group) on consecutive work-items: they write
+    // its channels, contiguous in NHWC, together
+    const int kb = gid % KB;
+    const int g = gid / KB % G;
+    const int qb = gid / (KB * G) % QB;
+    const int p = gid / (KB * G * QB) % P;
+    const int img = gid / (KB * G * QB * P);
+% else:
     const int qb = gid % QB;
     const int p = gid / QB % P;
     const int kb = gid / (QB * P) % KB;
     const int g = gid / (QB * P * KB) % G;
     const int img = gid / (QB * P * KB * G);
+% endif
     const int q0 = qb * QT;
     const int ih0 = p * SH - PT, iw0 = q0 * SW - PL;     // top-left input of the first window
     int xo = ((img * C + g * CG) * H + ih0) * W + iw0;   // the same, as an offset (may be < 0)
@@ -142,6 +155,40 @@ ${indent(capture(filter_row, "r", any(GUARD_ROW)), 12)}\
 % endif
     }
 
+% if OUTL == "NHWC":
+    // epilogue: bias, activation, stores channels-last, a pixel's KT channels one vector
+    // (guarded only where a block can pass the edge; a fused residual is read NCHW)
+    __global ${c.T()}* const yp = y + ((img * P + p) * Q + q0) * K + g * KG + kb * KT;
+%   for kt in range(KT):
+<%
+        bias_k = capture(c.LOAD, "bias", "g * KG + kb * KT + %d" % kt) if has_bias else None
+        if bias_k and KCHK:
+            bias_k = "(kb * KT + %d < KG ? %s : 0.0f)" % (kt, bias_k)
+%>    const float b${kt} = ${bias_k or "0.0f"};
+%   endfor
+%   for qq in range(QT):
+%     if QCHK:
+    if (q0 + ${qq} < Q) {
+%     else:
+    {
+%     endif
+%     for kt in range(KT):
+%       if residual:
+        const float s${kt} = ${c.act(act, alpha, "acc[%d][%d] + b%d + %s" % (kt, qq, kt, ("(kb * KT + %d < KG ? %s : 0.0f)" % (kt, capture(c.LOAD, "res", "((img * K + g * KG + kb * KT + %d) * P + p) * Q + q0 + %d" % (kt, qq)))) if KCHK else capture(c.LOAD, "res", "((img * K + g * KG + kb * KT + %d) * P + p) * Q + q0 + %d" % (kt, qq))))};
+%       else:
+        const float s${kt} = ${c.act(act, alpha, "acc[%d][%d] + b%d" % (kt, qq, kt))};
+%       endif
+%     endfor
+%     if KCHK or KT == 1:
+%       for kt in range(KT):
+        ${"if (kb * KT + %d < KG) " % kt if KCHK else ""}${c.STORE("yp", "%d * K + %d" % (qq, kt), "s%d" % kt)};
+%       endfor
+%     else:
+        ${c.STOREV(KT, "yp + %d * K" % qq, 0, "(float%d)(%s)" % (KT, ", ".join("s%d" % k for k in range(KT))))};
+%     endif
+    }
+%   endfor
+% else:
     // epilogue: bias, activation, stores (guarded only where a block can pass the edge)
 % for kt in range(KT):
     {
@@ -179,4 +226,5 @@ ${indent(capture(filter_row, "r", any(GUARD_ROW)), 12)}\
         }
     }
 % endfor
+% endif
 }

@@ -1,4 +1,5 @@
 <%namespace name="c" file="_common.mako"/>\
+<%namespace name="d" file="_dense.mako"/>\
 <%
     act_kind, alpha = attrs["act"], attrs["alpha"]
     def act(x):
@@ -113,20 +114,5 @@ void ${prefix}_gemv(const __global ${c.TV("realV")}* restrict x, const __global 
 }
 % if KSPLIT > 1:
 
-// y = act(bias + sum of the KSPLIT partial sums)
-__kernel void ${prefix}_reduce(const __global float* restrict part,
-% if HAS_BIAS:
-                               const __global ${c.T()}* restrict bias,
-% endif
-                               __global ${c.T()}* restrict y)
-{
-    const int o = get_global_id(0), b = get_global_id(1);
-    if (o >= OUT)
-        return;
-    float r = ${capture(c.LOAD, "bias", "o") if HAS_BIAS else "0.0f"};
-    #pragma unroll
-    for (int s = 0; s < KSPLIT; ++s)
-        r += part[(s * N + b) * OUT + o];
-    ${c.STORE("y", "b * OUT + o", act("r"))};
-}
+${d.reduce(prefix, HAS_BIAS, act_kind, alpha)}\
 % endif
