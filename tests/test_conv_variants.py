@@ -475,3 +475,58 @@ def test_source_is_readable():
         for k in names:
             assert f"void {k}(" in src
             assert k == "net_l3" or k.startswith("net_l3_")
+
+
+# -- conv_tiled writing channels-last (OUTL = NHWC) ---------------------------------------------
+# id -> the point's knobs: KT = 16 over 12 channels (a partial channel block) with the input
+# segment in vectors, groups with one channel block each in __constant memory (the only
+# place WCONST may go with NHWC), KT = 1, partial pixel blocks along the row
+NHWC_POINTS = {
+    "k3_p1_relu": dict(KT=16, QT=4, WG=32, VW=2, WCONST=0),
+    "k3x2_s2x1_d1x2_g3_tanh": dict(KT=4, QT=2, WG=32, VW=1, WCONST=1),
+    "k5_s2_asym_pad_leaky": dict(KT=1, QT=8, WG=64, VW=1, WCONST=0),
+    "k3_32to48_p1_relu": dict(KT=8, QT=8, WG=64, VW=4, WCONST=0),
+}
+
+
+@pytest.mark.parametrize("lid", list(NHWC_POINTS))
+def test_conv_tiled_writes_nhwc(cl_ctx, lid):
+    """The same convolution as the NCHW point, written channels-last: the output read back
+    from NHWC matches the float64 reference, and the point reads NCHW."""
+    v, layer = BY_NAME["conv_tiled"], layer_of(lid)
+    xs, prm, ref = data_of(lid)
+    cfg = Config(tuple({**NHWC_POINTS[lid], "OUTL": "NHWC"}.items()))
+    assert not violations(v, layer, cfg, POCL), violations(v, layer, cfg, POCL)
+    assert v.layouts_of(layer, cfg) == ("NCHW", "NHWC")
+    out = harness.run_layer(layer, v, cfg, xs, prm, ctx=cl_ctx)
+    out = reference.from_layout(out.ravel(), "NHWC", layer.out_shape)
+    ok, err = harness.close(out, ref)
+    assert ok, f"[{cfg}] on {lid}: max relative error {err:.3g}"
+
+
+def test_conv_tiled_nhwc_keeps_constant_reads_uniform():
+    """With NHWC a pixel's channel blocks run on consecutive work-items: __constant weights
+    only where there is one block (K/G <= KT)."""
+    v, layer = BY_NAME["conv_tiled"], layer_of("k3_32to48_p1_relu")      # 48 channels
+    point = dict(KT=16, QT=4, WG=64, VW=1, WCONST=1)
+    nhwc = Config(tuple({**point, "OUTL": "NHWC"}.items()))
+    nchw = Config(tuple({**point, "OUTL": "NCHW"}.items()))
+    assert "constant_reads_uniform" in violations(v, layer, nhwc, POCL)
+    assert "constant_reads_uniform" not in violations(v, layer, nchw, POCL)
+    grouped = layer_of("k3x2_s2x1_d1x2_g3_tanh")                      # 3 channels a group
+    assert "constant_reads_uniform" not in violations(
+        v, grouped, Config(tuple({**point, "KT": 4, "OUTL": "NHWC"}.items())), POCL)
+
+
+def test_a_conv_tiled_record_without_outl_is_its_nchw_point():
+    """A record made before OUTL existed names the kernel OUTL = NCHW renders, byte for byte
+    (its kernel hash still matches), and reads and writes NCHW."""
+    from aotconv.tune.records import kernel_hash
+    v, layer = BY_NAME["conv_tiled"], layer_of("k5_s2_asym_pad_leaky")
+    old = Config((("KT", 4), ("QT", 4), ("WG", 64), ("VW", 1), ("WCONST", 1)))
+    assert v.completed(old) == Config(old.items + (("OUTL", "NCHW"),))
+    assert v.render(layer, old, "k") == v.render(layer, v.completed(old), "k")
+    assert kernel_hash(v, layer, old) == kernel_hash(v, layer, v.completed(old))
+    assert v.layouts_of(layer, old) == ("NCHW", "NCHW")
+    nhwc = Config(v.completed(old).items[:-1] + (("OUTL", "NHWC"),))
+    assert kernel_hash(v, layer, nhwc) != kernel_hash(v, layer, old)
