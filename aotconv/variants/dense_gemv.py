@@ -50,6 +50,25 @@ def dense_dims(layer):
     return dict(N=n, K=count(layer.in_shape[1:]), OUT=layer.out_shape[1])
 
 
+def split_k_scratch(layer, cfg):
+    """Floats of the KSPLIT partial sums [KSPLIT][N][OUT] (none without a split)."""
+    d = dense_dims(layer)
+    return cfg["KSPLIT"] * d["N"] * d["OUT"] if cfg["KSPLIT"] > 1 else 0
+
+
+def split_k_launches(layer, cfg, kernel, gsize, lsize, prefix):
+    """The launches of a dense kernel reading x and the weight as given: `kernel` writes the
+    output with bias and act (KSPLIT 1), or its partial sums to scratch and `<prefix>_reduce`
+    (templates/kernels/_dense.mako) adds them with bias and act."""
+    d = dense_dims(layer)
+    bias = (Param("bias"),) if layer.attrs["bias"] else ()
+    if cfg["KSPLIT"] == 1:
+        return [Launch(kernel, (In(0), Param("weight")) + bias + (Out(),), gsize, lsize)]
+    return [Launch(kernel, (In(0), Param("weight"), Scratch()), gsize, lsize),
+            Launch(f"{prefix}_reduce", (Scratch(),) + bias + (Out(),),
+                   (round_up(d["OUT"], 64), d["N"]), (64, 1))]
+
+
 def _slice(layer, cfg):
     d = dense_dims(layer)
     return ceil_div(d["K"] // cfg["VW"], cfg["KSPLIT"])          # vectors per K slice
@@ -129,17 +148,9 @@ class DenseGemv(Variant):
         return d
 
     def scratch_floats(self, layer, cfg):
-        d = dense_dims(layer)
-        return cfg["KSPLIT"] * d["N"] * d["OUT"] if cfg["KSPLIT"] > 1 else 0
+        return split_k_scratch(layer, cfg)
 
     def launches(self, layer, cfg, prefix):
-        d = dense_dims(layer)
-        bias = (Param("bias"),) if layer.attrs["bias"] else ()
-        groups = ceil_div(d["OUT"], cfg["R"])
-        gsize = (groups * cfg["WG"], cfg["KSPLIT"])
-        if cfg["KSPLIT"] == 1:
-            return [Launch(f"{prefix}_gemv", (In(0), Param("weight")) + bias + (Out(),), gsize,
-                           (cfg["WG"], 1))]
-        return [Launch(f"{prefix}_gemv", (In(0), Param("weight"), Scratch()), gsize, (cfg["WG"], 1)),
-                Launch(f"{prefix}_reduce", (Scratch(),) + bias + (Out(),),
-                       (round_up(d["OUT"], 64), d["N"]), (64, 1))]
+        groups = ceil_div(dense_dims(layer)["OUT"], cfg["R"])
+        return split_k_launches(layer, cfg, f"{prefix}_gemv", (groups * cfg["WG"], cfg["KSPLIT"]),
+                                (cfg["WG"], 1), prefix)

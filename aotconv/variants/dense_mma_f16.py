@@ -32,11 +32,10 @@ compiler is NVIDIA's, an exact emulation elsewhere (AOTCONV_MMA_EMULATE=1, the t
 Domain: dense layers and convolutions equal to one (dense_gemv.dense_reason) of an fp16 build,
 K % 8 == 0 (16-byte aligned rows), batch up to 64.
 """
-from .base import Variant, Knob, Constraint, Launch, In, Out, Param, Scratch, bias_arg, \
-    ceil_div, pow2_at_least, round_up
+from .base import Variant, Knob, Constraint, ceil_div, pow2_at_least
 from .conv_mma import emulated
 from .conv_mma_f16 import F16_MMA_CONSTRAINTS, _half_layer
-from .dense_gemv import dense_dims, dense_reason
+from .dense_gemv import dense_dims, dense_reason, split_k_launches, split_k_scratch
 from .limits import first_valid
 
 MAX_BATCH = 64          # 4 tiles of 16 batch rows held in registers against one weight load
@@ -146,16 +145,9 @@ class DenseMmaF16(Variant):
         return d
 
     def scratch_floats(self, layer, cfg):
-        d = dense_dims(layer)
-        return cfg["KSPLIT"] * d["N"] * d["OUT"] if cfg["KSPLIT"] > 1 else 0
+        return split_k_scratch(layer, cfg)
 
     def launches(self, layer, cfg, prefix):
-        d = dense_dims(layer)
         wg = 32 * cfg["WARPS"]
-        gsize = (_row_groups(layer, cfg) * wg, cfg["KSPLIT"])
-        if cfg["KSPLIT"] == 1:
-            return [Launch(f"{prefix}_mma", (In(0), Param("weight")) + bias_arg(layer) + (Out(),),
-                           gsize, (wg, 1))]
-        return [Launch(f"{prefix}_mma", (In(0), Param("weight"), Scratch()), gsize, (wg, 1)),
-                Launch(f"{prefix}_reduce", (Scratch(),) + bias_arg(layer) + (Out(),),
-                       (round_up(d["OUT"], 64), d["N"]), (64, 1))]
+        return split_k_launches(layer, cfg, f"{prefix}_mma",
+                                (_row_groups(layer, cfg) * wg, cfg["KSPLIT"]), (wg, 1), prefix)
