@@ -170,7 +170,7 @@ def reduced_layers(choices):
 # the variants of an fp16 build that multiply on the tensor cores (FP32 math on the halves:
 # a product of two halves is exact in FP32), which the header and report name
 TENSOR_CORE_HALF = ("conv_mma_f16", "conv_mma_f16_nhwc", "conv_wgmma_f16_nhwc",
-                    "conv_wgmma_halo_f16_nhwc")
+                    "conv_wgmma_halo_f16_nhwc", "dense_mma_f16")
 
 
 def summary(choices, requested=DEFAULT, storage="fp32"):
@@ -184,9 +184,12 @@ def summary(choices, requested=DEFAULT, storage="fp32"):
                 "every layer")
         cores = sorted(n for n, c in choices.items() if c.variant in TENSOR_CORE_HALF)
         if cores:
-            convs = sum(1 for c in choices.values() if c.impl.ops and "conv" in c.impl.ops)
+            # the layers a conv or dense variant runs (a dense variant takes convolutions that
+            # are dense layers too)
+            gemms = sum(1 for c in choices.values()
+                        if c.impl.ops and {"conv", "dense"} & set(c.impl.ops))
             text += (f", on the tensor cores (f16 products, exact in FP32) in {len(cores)} of "
-                     f"{convs} conv layers ({', '.join(cores)})")
+                     f"{gemms} conv and dense layers ({', '.join(cores)})")
         return "fp16", text
     reduced = reduced_layers(choices)
     convs = sum(1 for c in choices.values() if c.impl.ops and "conv" in c.impl.ops)

@@ -539,7 +539,7 @@ def test_the_header_and_report_name_the_layers_on_the_tensor_cores():
     kind, text = summary(choices, "fp16", "fp16")
     assert kind == "fp16" and text.endswith(
         "FP32 math and accumulation in every layer, on the tensor cores (f16 products, exact in "
-        "FP32) in 2 of 3 conv layers (c1, c2)")
+        "FP32) in 2 of 3 conv and dense layers (c1, c2)")
     # without it the sentence stops at the math
     kind, text = summary({"c3": choices["c3"]}, "fp16", "fp16")
     assert text.endswith("FP32 math and accumulation in every layer")
@@ -653,5 +653,6 @@ def test_an_fp16_library_runs_it_and_checks_against_the_half_model(emulated, tmp
     header = (tmp_path / "out" / "halfmma.h").read_text()
     assert '#define AOTCONV_HALFMMA_PRECISION "fp16"' in header
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "on the tensor cores (f16 products, exact in FP32) in 2 of 2 conv layers (c1, c2)" \
+    assert ("on the tensor cores (f16 products, exact in FP32) in 2 of 3 conv and dense layers "
+            "(c1, c2)") \
         in report

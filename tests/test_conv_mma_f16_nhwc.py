@@ -480,5 +480,5 @@ def test_an_fp16_library_runs_it_in_nhwc_and_checks_against_the_half_model(emula
     assert res.check_reference.startswith("the float64 numpy reference with every weight")
     assert res.check_error is not None and res.check_error <= protocol.TOLERANCE
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "on the tensor cores (f16 products, exact in FP32) in 3 of 4 conv layers " \
+    assert "on the tensor cores (f16 products, exact in FP32) in 3 of 5 conv and dense layers " \
            "(c1, c2, c3)" in report

@@ -165,3 +165,15 @@ def test_a_wrong_k_pairing_is_caught(emulated, monkeypatch):
     out = harness.run_layer(layer, V, cfg, xs, prm, target=target, ctx=ctx)
     with pytest.raises(AssertionError, match="half tolerance"):
         check_half_output(layer, xs, prm, cfg, out)
+
+
+def test_the_header_names_the_dense_layers_on_the_tensor_cores():
+    from aotconv.choose import Choice
+    from aotconv.precision import summary
+    layer = dense((16, 512, 7, 7), 4096, act="relu")
+    cfg = V.fallback(layer, with_precision(H100, "fp16"))
+    choices = {"fc6": Choice(V.name, cfg), "fc7": Choice("dense_gemv", Config(())),
+               "pool5": Choice("pool_direct", Config(()))}
+    kind, text = summary(choices, "fp16", "fp16")
+    assert kind == "fp16" and text.endswith(
+        "on the tensor cores (f16 products, exact in FP32) in 1 of 2 conv and dense layers (fc6)")
