@@ -173,6 +173,8 @@ CASES = [
     ("dense_direct", "dense_512to100", H100, (_knob_is("RED", lambda r: r == "group"),)),
     ("dense_gemv", "dense_512to100", H100, ()),
     ("dense_gemm", "dense_b32_256to200", H100, ()),
+    ("dense_mma_f16", "dense_b17_512to100_half", H100_FP16,
+     (_knob_is("KSPLIT", lambda k: k > 1), _knob_is("WARPS", lambda w: w == 16))),
     ("global_avgpool_direct", "gap_64x7x7", H100, (_knob_is("RED", lambda r: r == "group"),)),
     ("softmax_direct", "softmax_1000", H100, (_knob_is("RED", lambda r: r == "group"),)),
     ("layout_convert", "nchw_to_nhwc", H100, (_knob_is("TILE", bool),)),
@@ -199,6 +201,7 @@ def layer_of(lid):
                                                          storage="fp16")),
         "dense_512to100": ("dense", (2, 512, 1, 1), dict(out=100)),
         "dense_b32_256to200": ("dense", (32, 256, 1, 1), dict(out=200)),
+        "dense_b17_512to100_half": ("dense", (17, 512, 1, 1), dict(out=100, storage="fp16")),
         "gap_64x7x7": ("global_avgpool", (2, 64, 7, 7), {}),
         "softmax_1000": ("softmax", (2, 1000, 1, 1), {}),
     }[lid]
@@ -231,7 +234,7 @@ def sample(variant, l, target, must, extra=2, seed=0):
                          ids=[f"{name}-{lid}" for name, lid, _, _ in CASES])
 def test_the_estimate_is_the_local_memory_the_kernels_declare(name, lid, target, must,
                                                               monkeypatch):
-    if name.startswith("conv_mma"):
+    if name.startswith("conv_mma") or name == "dense_mma_f16":
         # the portable mma, as on PoCL: its fragment exchange is local memory too
         monkeypatch.setenv(EMULATE_ENV, "1")
     variant, l = BY_NAME[name], layer_of(lid)
