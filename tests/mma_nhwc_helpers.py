@@ -63,6 +63,21 @@ def pick(v, layer, target, **want):
     raise AssertionError(f"no point with {want} for {layer.in_shape} -> {layer.out_shape}")
 
 
+def spread(v, layer, target, wants, seed):
+    """The fallback, then for each dict of `wants` the first point of the pruned space, in an
+    order shuffled by `seed`, with those knob values and not picked already (none where the
+    layer has no such point)."""
+    import random
+    pts = list(part(v, layer, target).points)
+    random.Random(seed).shuffle(pts)
+    picks = [v.fallback(layer, target)]
+    for want in wants:
+        found = [c for c in pts if all(c[k] == val for k, val in want.items()) and c not in picks]
+        if found:
+            picks.append(found[0])
+    return picks
+
+
 def with_knobs(cfg, **kw):
     """`cfg` with the knobs of `kw` set to their values, in the same order."""
     return Config(tuple((k, kw.get(k, v)) for k, v in cfg.items))

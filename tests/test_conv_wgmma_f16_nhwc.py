@@ -18,7 +18,6 @@ fp16 library running three convs on it, passing --check.
 import ctypes
 from dataclasses import replace
 import functools
-import random
 import shutil
 import subprocess
 
@@ -196,14 +195,9 @@ def test_emulated_conv_wgmma_f16_nhwc_against_the_reference(emulated, lid):
     target, ctx = emulated
     shape, attrs, res = SHAPES[lid]
     layer, xs, prm = mh.random_case(conv(shape, res=res, **attrs), lid)
-    pts = list(mh.part(V, layer, target).points)
-    random.Random(lid).shuffle(pts)
-    picks = [V.fallback(layer, target)]
-    for want in (dict(CPASYNC=3, WAIT=1), dict(CPASYNC=2, WAIT=0), dict(DBUF=1),
-                 dict(WN=2), dict(EPI=1)):
-        found = [c for c in pts if all(c[k] == v for k, v in want.items())]
-        if found:
-            picks.append(found[0])
+    picks = mh.spread(V, layer, target, (
+        dict(CPASYNC=3, WAIT=1), dict(CPASYNC=2, WAIT=0), dict(DBUF=1), dict(WN=2),
+        dict(EPI=1)), lid)
     assert len(picks) >= 5
     for cfg in picks:
         check_half_output(layer, xs, prm, cfg, mh.run_point(V, layer, xs, prm, cfg, ctx))

@@ -138,14 +138,9 @@ def test_emulated_against_the_reference(emulated, lid):
     target, ctx = emulated
     shape, attrs, res = SHAPES[lid]
     layer, xs, prm = mh.random_case(conv(shape, res=res, **attrs), lid)
-    pts = list(mh.part(V, layer, target).points)
-    random.Random(lid).shuffle(pts)
-    picks = [V.fallback(layer, target)]
-    for want in (dict(HBUF=1, WAIT=1), dict(HBUF=2, WAIT=1), dict(HBUF=1, WAIT=0, EPI=1),
-                 dict(WN=2), dict(TW=strips(layer.out_shape[3])[-1])):
-        found = [c for c in pts if all(c[k] == v for k, v in want.items()) and c not in picks]
-        if found:
-            picks.append(found[0])
+    picks = mh.spread(V, layer, target, (
+        dict(HBUF=1, WAIT=1), dict(HBUF=2, WAIT=1), dict(HBUF=1, WAIT=0, EPI=1), dict(WN=2),
+        dict(TW=strips(layer.out_shape[3])[-1])), lid)
     assert len(picks) >= 4
     for cfg in picks:
         check_half_output(layer, xs, prm, cfg, mh.run_point(V, layer, xs, prm, cfg, ctx))

@@ -53,6 +53,11 @@ def _packed(layer, cfg):
     return layer.attrs["groups"] * kb * cg * r * s * cfg["KT"]
 
 
+def _outl(cfg):
+    """OUTL of a point; a point recorded before the knob existed wrote NCHW."""
+    return cfg.get("OUTL", "NCHW")
+
+
 def _work_groups(layer, cfg):
     return ceil_div(_items(layer, cfg), cfg["WG"])
 
@@ -83,7 +88,7 @@ class ConvTiled(Variant):
                    "work-items, so a SIMD group reads K/KT different weight vectors at once: "
                    "__constant memory serves one address at a time (global memory's cache "
                    "serves them together)",
-                   lambda l, c, t: not c["WCONST"] or c.get("OUTL", "NCHW") == "NCHW"
+                   lambda l, c, t: not c["WCONST"] or _outl(c) == "NCHW"
                    or _blocks(l, c)[0] == 1),
         Constraint("weights_fit_constant", "hardware",
                    "__constant memory is only guaranteed 64 KiB; larger packed weights stay "
@@ -96,7 +101,7 @@ class ConvTiled(Variant):
     # domain: every convolution (any kernel, stride, pad, dilation and groups)
 
     def layouts_of(self, layer, cfg):
-        return "NCHW", cfg.get("OUTL", "NCHW")
+        return "NCHW", _outl(cfg)
 
     def knobs(self, layer, target):
         return [Knob("KT", (4, 8, 2, 1, 16), "output channels per work-item (register block in "
@@ -124,7 +129,7 @@ class ConvTiled(Variant):
         d.update(KB=kb, QB=qb, UNROLL_R=d["R"] * d["S"] * cfg["KT"] * qt <= MAX_UNROLLED_FMAS,
                  ITEMS=_items(layer, cfg), KCHK=(d["KG"] % cfg["KT"]) != 0,
                  QCHK=(d["Q"] % qt) != 0, has_bias=bool(layer.attrs["bias"]),
-                 OUTL=cfg.get("OUTL", "NCHW"))     # a record made before OUTL: NCHW
+                 OUTL=_outl(cfg))
         return d
 
     def buffers(self, layer, cfg):

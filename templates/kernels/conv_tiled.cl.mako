@@ -173,11 +173,14 @@ ${indent(capture(filter_row, "r", any(GUARD_ROW)), 12)}\
     {
 %     endif
 %     for kt in range(KT):
-%       if residual:
-        const float s${kt} = ${c.act(act, alpha, "acc[%d][%d] + b%d + %s" % (kt, qq, kt, ("(kb * KT + %d < KG ? %s : 0.0f)" % (kt, capture(c.LOAD, "res", "((img * K + g * KG + kb * KT + %d) * P + p) * Q + q0 + %d" % (kt, qq)))) if KCHK else capture(c.LOAD, "res", "((img * K + g * KG + kb * KT + %d) * P + p) * Q + q0 + %d" % (kt, qq))))};
-%       else:
-        const float s${kt} = ${c.act(act, alpha, "acc[%d][%d] + b%d" % (kt, qq, kt))};
-%       endif
+<%
+        s = "acc[%d][%d] + b%d" % (kt, qq, kt)
+        if residual:                            # the residual, NCHW
+            r = capture(c.LOAD, "res", "((img * K + g * KG + kb * KT + %d) * P + p) * Q + q0 + %d"
+                        % (kt, qq))
+            s += " + " + ("(kb * KT + %d < KG ? %s : 0.0f)" % (kt, r) if KCHK else r)
+%>\
+        const float s${kt} = ${c.act(act, alpha, s)};
 %     endfor
 %     if KCHK or KT == 1:
 %       for kt in range(KT):
