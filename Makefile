@@ -31,11 +31,12 @@ demo: deps
 # what CI runs (docs/testing.md). TEST_JOBS pytest workers (pytest-xdist), a test file to a
 # worker: PoCL compiles each kernel on one core, and an empty kernel cache (a fresh machine)
 # makes that most of the time. The `timing` tests (a search against a scaled wall clock) run
-# after the others, alone on the cores
+# after the others, alone on the cores, collected from the files that hold them only
 TEST_JOBS ?= 2
+TIMING_TESTS = $(shell grep -l "pytest.mark.timing" tests/*.py tests/*/*.py 2>/dev/null)
 test: deps
 	$(BIN)/python -m pytest -q -x -m "not slow and not timing" -n $(TEST_JOBS) --dist loadfile
-	$(BIN)/python -m pytest -q -x -m "timing and not slow"
+	$(BIN)/python -m pytest -q -x -m "timing and not slow" $(TIMING_TESTS)
 
 # Every test, the slow tier included
 test-full: deps

@@ -223,6 +223,8 @@ void OVL vstore_half_rte(float v, size_t i, __global half* p) {
     ((__global ushort*)p)[i] = f2h_(v); }
 void OVL vstore_half2_rte(float2 v, size_t i, __global half* p) {
     vstore_half_rte(v.x, 2 * i, p); vstore_half_rte(v.y, 2 * i + 1, p); }
+void OVL vstore_half2_rte(float2 v, size_t i, __private half* p) {
+    ((__private ushort*)p)[2 * i] = f2h_(v.x); ((__private ushort*)p)[2 * i + 1] = f2h_(v.y); }
 int OVL min(int a, int b) { return a < b ? a : b; }
 float OVL fmax(float a, float b) { return __builtin_fmaxf(a, b); }
 float OVL tanh(float x) {

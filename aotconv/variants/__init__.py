@@ -30,6 +30,7 @@ from .conv_winograd import ConvWinograd
 from .conv_mma import ConvMma
 from .conv_mma_f16 import ConvMmaF16
 from .conv_mma_f16_nhwc import ConvMmaF16Nhwc
+from .conv_mma_f16_stem import ConvMmaF16Stem
 from .conv_wgmma_f16_nhwc import ConvWgmmaF16Nhwc
 from .conv_wgmma_halo_f16_nhwc import ConvWgmmaHaloF16Nhwc
 from .conv_mma_tf32_nhwc import ConvMmaTf32Nhwc
@@ -69,6 +70,7 @@ VARIANTS = [
     ConvMma(),                  # TF32 tensor cores: tf32 builds only (aotconv.precision)
     ConvMmaF16(),               # f16 tensor cores on half storage: fp16 builds only
     ConvMmaF16Nhwc(),           # ... channels last (NHWC in and out)
+    ConvMmaF16Stem(),           # ... first layers: NCHW in (few channels), NHWC out
     ConvWgmmaF16Nhwc(),         # ... on Hopper's warpgroup instruction (sm_90a)
     ConvWgmmaHaloF16Nhwc(),     # ... its 3x3s from a halo tile staged once per BK channels
     ConvMmaTf32Nhwc(),          # TF32 tensor cores channels last: tf32 builds only

@@ -1,0 +1,176 @@
+"""conv_mma_f16_stem: a network's first convolutions (few input channels, NCHW in, NHWC out) on
+the tensor cores for an fp16 build.
+
+Device-free: where it is offered (half layers with C % 8 != 0 and K % 8 == 0, groups 1, no
+residual; the tensor cores or the emulation switch) and its reasons for the others, its packed
+weights and setup launch, its PTX through clang's nvptx and ptxas for sm_90 without spills at
+VGG-16's conv1_1 and ResNet-50's conv1.
+
+PoCL (the mma emulated): a 3x3 over 3 channels with padding, a strided 7x7 with K = 24 (a
+work-group's channels past K) and no bias, a dilated 5x5 over one channel with asymmetric
+padding and 16 pixels in all, both epilogues, against the float64 reference within the half
+tolerance and the half model within one half ulp; both epilogues store the same bits; a kernel
+whose A fragments swap two registers is caught.
+"""
+import functools
+import re
+import subprocess
+import tempfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aotconv import harness, ops, reference
+from aotconv.context import with_precision
+from aotconv.graph import Layer
+from aotconv.space import variant_space
+from aotconv.targets import TARGETS
+from aotconv.variants import BY_NAME
+from aotconv.variants.base import Config
+from aotconv.variants.conv_mma import EMULATE_ENV
+from half_helpers import check_half_output, emulated  # noqa: F401 (emulated: a fixture)
+
+V = BY_NAME["conv_mma_f16_stem"]
+H100 = TARGETS["h100"]
+
+
+def conv(in_shape, storage="fp16", pads=None, **raw):
+    a = ops.normalise("conv", raw)
+    if pads:
+        a["pad"] = tuple(pads)                   # top, left, bottom, right (as ONNX gives)
+    if storage == "fp16":
+        a["storage"] = "fp16"
+    o, params = ops.infer("conv", a, [tuple(in_shape)])
+    return Layer("conv1", "conv", a, ["input"], in_shapes=[tuple(in_shape)], out_shape=o,
+                 params=params)
+
+
+def _cfg(**kw):
+    return Config(tuple(kw.items()))
+
+
+VGG_CONV1_1 = dict(in_shape=(16, 3, 224, 224), out=64, kernel=3, pad=1, act="relu")
+R50_CONV1 = dict(in_shape=(32, 3, 224, 224), out=64, kernel=7, stride=2, pad=3, act="relu")
+
+
+# -- where it is offered ------------------------------------------------------------------------
+
+def test_offered_to_fp16_first_convolutions_on_tensor_cores_only(monkeypatch):
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    layer = conv(**VGG_CONV1_1)
+    assert V.supports(layer) is None
+    assert V.layouts_of(layer, V.fallback(layer, with_precision(H100, "fp16"))) == ("NCHW",
+                                                                                   "NHWC")
+    assert variant_space(layer, V, with_precision(H100, "fp16"), explain=False).points
+    assert "--precision fp16" in V.supports(conv(storage="fp32", **VGG_CONV1_1))
+    assert "C % 8 != 0" in V.supports(conv((2, 16, 8, 8), out=16, kernel=3))
+    assert "K % 8 == 0" in V.supports(conv((2, 3, 8, 8), out=12, kernel=3))
+    assert "groups" in V.supports(conv((2, 3, 8, 8), out=6, kernel=3, groups=3))
+    residual = conv((2, 3, 8, 8), out=16, kernel=3, pad=1)
+    residual.attrs["residual"] = True
+    assert "residual" in V.supports(residual)
+    # no tensor cores, no switch: no point on PoCL
+    assert not variant_space(layer, V, with_precision(TARGETS["pocl-cpu"], "fp16"),
+                             explain=False).points
+
+
+def test_the_weights_are_packed_once_as_b_fragments():
+    """One setup launch packs [steps][n-tiles][32 lanes][2 words]: a 7x7 over 3 channels is
+    147 k in 10 steps of 16; K = 64 at BN = 128 pads to 16 tiles of 8."""
+    layer = conv(**R50_CONV1)
+    cfg = _cfg(NT=16, MT=1, WARPS=4, EPI=1)
+    assert V.buffers(layer, cfg) == {"wpack": 10 * 16 * 64}
+    pack, run = V.launches(layer, cfg, "k")
+    assert pack.phase == "setup" and run.phase == "run"
+    assert [a.name for a in pack.args] == ["weight", "wpack"]
+
+
+# -- the PTX for NVIDIA's compiler --------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [VGG_CONV1_1, R50_CONV1], ids=["vgg16_conv1_1",
+                                                                 "resnet50_conv1"])
+def test_the_kernel_assembles_for_sm_90_without_spills(monkeypatch, shape):
+    """The kernel through clang's nvptx and ptxas for sm_90 (the H100), at the space's point of
+    the most accumulators and one of each epilogue: mma.sync, no spilled register."""
+    from mma_nhwc_helpers import NVPTX_PRELUDE, clang_nvptx, to_ptx
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    clang, ptxas = clang_nvptx()
+    layer = conv(**shape)
+    points = variant_space(layer, V, with_precision(H100, "fp16"), explain=False).points
+    largest = max(points, key=lambda c: (c["NT"] * c["MT"], c["EPI"]))
+    for cfg in (largest, _cfg(NT=8, MT=1, WARPS=1, EPI=0)):
+        assert cfg in set(points), cfg
+        rc, ptx, err = to_ptx(clang, NVPTX_PRELUDE + V.render(layer, cfg, "k"))
+        assert rc == 0, err[-2000:]
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "k.ptx").write_text(ptx.replace(".target sm_80", ".target sm_90")
+                                        .replace(".version 7.5", ".version 7.8"))
+            run = subprocess.run([ptxas, "-arch=sm_90", "-v", str(Path(d, "k.ptx")), "-o",
+                                  str(Path(d, "k.cubin"))], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-2000:]
+        spills = re.findall(r"(\d+) bytes spill stores", run.stderr)
+        assert spills and all(s == "0" for s in spills), (cfg, run.stderr)
+
+
+# -- on PoCL: the emulated mma ------------------------------------------------------------------
+
+# id -> (layer, points): K = 24 leaves BN = 16's second work-group half its channels; 16 pixels
+# fill one tile of one warp
+CASES = {
+    "c3_3x3_pad_relu": (lambda: conv((2, 3, 9, 11), out=16, kernel=3, pad=1, act="relu"),
+                        [dict(NT=2, MT=2, WARPS=4, EPI=0), dict(NT=2, MT=1, WARPS=2, EPI=1)]),
+    "c3_7x7_s2_k24_nobias": (lambda: conv((1, 3, 15, 13), out=24, kernel=7, stride=2, pad=3,
+                                          bias=False),
+                             [dict(NT=2, MT=1, WARPS=2, EPI=1), dict(NT=4, MT=2, WARPS=1, EPI=0)]),
+    "c1_5x5_dilated_asym_tanh": (lambda: conv((2, 1, 8, 8), out=8, kernel=5, dilation=2,
+                                              pads=(1, 2, 3, 0), act="tanh"),
+                                 [dict(NT=1, MT=1, WARPS=1, EPI=1)]),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def case(cid):
+    layer = CASES[cid][0]()
+    xs, prm = harness.random_inputs(layer, np.random.default_rng(zlib.crc32(cid.encode())))
+    return layer, xs, prm
+
+
+def _run(layer, cfg, xs, prm, target, ctx):
+    out = harness.run_layer(layer, V, cfg, xs, prm, target=target, ctx=ctx)
+    return reference.from_layout(out.ravel(), "NHWC", layer.out_shape)
+
+
+@pytest.mark.parametrize("cid", list(CASES))
+def test_emulated_stem_against_the_reference(emulated, cid):
+    target, ctx = emulated
+    layer, xs, prm = case(cid)
+    valid = set(variant_space(layer, V, target, explain=False).points)
+    outs = {}
+    for point in CASES[cid][1] + [None]:
+        cfg = V.fallback(layer, target) if point is None else _cfg(**point)
+        assert cfg in valid, cfg
+        outs[cfg] = check_half_output(layer, xs, prm, cfg, _run(layer, cfg, xs, prm, target, ctx))
+    # the staged epilogue rounds and stores what the direct one does
+    by_epi = {c["EPI"]: o for c, o in outs.items()}
+    if len(by_epi) == 2:
+        assert np.array_equal(by_epi[0], by_epi[1])
+
+
+def test_a_wrong_fragment_register_is_caught(emulated, monkeypatch):
+    """a1 is row g + 8 at k 2t, a2 row g at k 2t + 8 (the PTX ISA's order): a kernel that swaps
+    them multiplies the wrong pixels' taps, and the check fails."""
+    target, ctx = emulated
+    layer, xs, prm = case("c3_3x3_pad_relu")
+    cfg = _cfg(NT=2, MT=1, WARPS=2, EPI=0)
+    good = V.render(layer, cfg, "k")
+    a1, a2 = "a[mt][1] = v[1][0] | v[1][1] << 16;", "a[mt][2] = v[0][2] | v[0][3] << 16;"
+    assert good.count(a1) == 1 and good.count(a2) == 1
+    bad = good.replace(a1, "a[mt][1] = v[0][2] | v[0][3] << 16;").replace(
+        a2, "a[mt][2] = v[1][0] | v[1][1] << 16;")
+    monkeypatch.setattr(type(V), "render", lambda self, l, c, p: bad)
+    out = _run(layer, cfg, xs, prm, target, ctx)
+    with pytest.raises(AssertionError, match="half tolerance"):
+        check_half_output(layer, xs, prm, cfg, out)
