@@ -133,20 +133,28 @@ def decide(pairs, choices, fused_choices, policy, price=None, fused_layers=None)
                    ("conv", "pool", "fused"), "fuse_pool=")
 
 
-# The fused kernel is a direct convolution that recomputes overlapping windows: it can only
+# conv_pool_direct is a direct convolution that recomputes overlapping windows: it can only
 # win where the conv itself runs a direct kernel, or where the pool is a real share of the
-# pair's time. Elsewhere (a tuned GEMM-like or Winograd conv and a cheap pool) measuring it
+# pair's time, unless the conv's own kernel has a sibling that pools in its epilogue
+# (conv_wgmma_halo_pool_f16_nhwc: pool_epilogue_of). Elsewhere (a tuned GEMM-like or Winograd conv and a cheap pool) measuring it
 # costs tuning time and cannot change the decision (H100, vgg16: 0.35-1.3 ms fused against
 # 0.04-0.08 ms for Winograd + pool).
 DIRECT_CONVS = ("conv_direct", "conv_tiled")
 POOL_SHARE = 0.25
 
 
+def pool_epilogue_of(variant):
+    """The conv_pool variants that are `variant`'s kernel with the pool in its epilogue (their
+    `pool_of`): fused, the conv costs about what it did, so the pair is worth measuring."""
+    from .variants import VARIANTS
+    return [v.name for v in VARIANTS if getattr(v, "pool_of", None) == variant]
+
+
 def worth_measuring(choices, conv, pool):
     c, p = choices.get(conv), choices.get(pool)
     if c is None or p is None:
         return False
-    if c.variant in DIRECT_CONVS:
+    if c.variant in DIRECT_CONVS or pool_epilogue_of(c.variant):
         return True
     return bool(c.time_ms and p.time_ms and p.time_ms >= POOL_SHARE * c.time_ms)
 

@@ -170,7 +170,8 @@ def reduced_layers(choices):
 # the variants of an fp16 build that multiply on the tensor cores (FP32 math on the halves:
 # a product of two halves is exact in FP32), which the header and report name
 TENSOR_CORE_HALF = ("conv_mma_f16", "conv_mma_f16_nhwc", "conv_mma_f16_stem",
-                    "conv_wgmma_f16_nhwc", "conv_wgmma_halo_f16_nhwc", "dense_mma_f16")
+                    "conv_wgmma_f16_nhwc", "conv_wgmma_halo_f16_nhwc",
+                    "conv_wgmma_halo_pool_f16_nhwc", "dense_mma_f16")
 
 
 def summary(choices, requested=DEFAULT, storage="fp32"):

@@ -187,6 +187,9 @@ def _bad_options(tmp):
                                    r"unknown option 'Q=1'"),
         "tune --layer": (["tune", "{net}", "--layer", "nope"],
                          r"--layer nope: network 'p' has no layer 'nope'.*c1, c2"),
+        "tune --layer conv+pool": (["tune", "{net}", "--layer", "c1+c2"],
+                                   r"--layer c1\+c2: not a conv and the pool that may fold "
+                                   r"into it; network 'p' has: none"),
         "bench --repeats 0": (["bench", "--repeats", "0"], r"--repeats 0: give a positive integer"),
         "bench --warmup -1": (["bench", "--warmup", "-1"], r"--warmup -1"),
         "bench --deadline nan": (["bench", "--deadline", "nan"], r"--deadline nan: give a finite"),

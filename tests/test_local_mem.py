@@ -170,6 +170,8 @@ CASES = [
      (_knob_is("DBUF", bool), _knob_is("CPASYNC", bool), _knob_is("EPI", bool))),
     ("conv_wgmma_halo_f16_nhwc", "k3_64to64_half", H100_FP16,
      (_knob_is("HBUF", lambda h: h == 1), _knob_is("WAIT", bool), _knob_is("EPI", bool))),
+    ("conv_wgmma_halo_pool_f16_nhwc", "k3_16to32_pool_half", H100_FP16,
+     (_knob_is("HBUF", lambda h: h == 1),)),
     ("conv_mma_tf32_nhwc", "k3_64to64", H100_TF32,
      (_knob_is("LDSM", bool), _knob_is("CPASYNC", bool), _knob_is("EPI", bool))),
     ("dense_direct", "dense_512to100", H100, (_knob_is("RED", lambda r: r == "group"),)),
@@ -187,6 +189,12 @@ CASES = [
 def layer_of(lid):
     if lid == "nchw_to_nhwc":
         return layout_convert((2, 19, 5, 7), "NCHW", "NHWC")
+    if lid == "k3_16to32_pool_half":          # a conv with a 2x2 max pool fused
+        c = layer("conv", (1, 16, 28, 28), name="c", out=32, kernel=3, pad=1, storage="fp16")
+        a = dict(c.attrs, pool=ops.pool_attrs("max", ops.normalise("maxpool", {"kernel": 2})))
+        o, params = ops.infer("conv_pool", a, c.in_shapes)
+        return Layer("c", "conv_pool", a, ["input"], in_shapes=c.in_shapes, out_shape=o,
+                     params=params)
     if lid == "dwpw_96to24":                  # a depthwise conv fused into a pointwise conv
         from aotconv.passes import dwpw_layer
         dw = layer("conv", (1, 96, 14, 14), name="dw", out=96, kernel=3, pad=1, groups=96)

@@ -21,7 +21,8 @@ def add_commands(subparsers, load=None):
     sp.set_defaults(func=lambda a: cmd_space(a, load))
 
     tp = _network_command(
-        subparsers, "tune", "tune only this layer (repeatable)",
+        subparsers, "tune", "tune only this layer (repeatable); CONV+POOL: that conv with "
+                            "its pool folded in (a conv_pool layer)",
         help="tune every layer on the target device and fill the tuning records",
         description="Search every layer's space on the target's device and append the "
                     "results to the tuning records (nothing is emitted).")
@@ -129,6 +130,7 @@ def cmd_tune(args, load=None):
                            where=getattr(args, "where", None), precision=precision,
                            recheck=getattr(args, "recheck", None)) as ctx:
         own, converts = _named_layers(net, ctx, args.layer)
+        pools = _fused_pools(net, args.layer)
         rows = {}
         choices = choose(net, ctx, only=own) if own is None or own else {}
         rows.update((n, (net.layer(n), c)) for n, c in choices.items())
@@ -137,6 +139,9 @@ def cmd_tune(args, load=None):
         elif converts:
             rows.update(_search(_conversions_net(net, converts), ctx, args.quiet,
                                 set(rows))[1])
+        if pools:
+            from ..passes import fuse_pool
+            rows.update(_search(fuse_pool(net, pools), ctx, args.quiet, set(rows), pools)[1])
     if args.json:
         print(json.dumps({"event": "summary", "target": target.name,
                           "layers": {n: summary_row(l, c, target)
@@ -173,7 +178,8 @@ def check_layer_names(args, load=None):
     precision = getattr(args, "precision", None) or "fp32"
     net = _stored(_load(load, args.net, args.batch), precision)
     known = {l.name for l in net.layers}
-    if all(n in known for n in args.layer):
+    _fused_pools(net, args.layer)
+    if all(n in known or "+" in n for n in args.layer):
         return
     if precision != "fp32":              # the conversions follow from every layer's choice
         _check_storage(net, get_target(args.target), precision)
@@ -182,11 +188,34 @@ def check_layer_names(args, load=None):
         _named_layers(net, ctx, args.layer)
 
 
+def _fused_pools(net, names):
+    """The convs of the `conv+pool` pairs among --layer `names` (the conv_pool layers a build
+    measures where the conv's pool may fold into it, passes.fusable_pools); a pair that is
+    not one is a one-line error listing the network's."""
+    from ..passes import fusable_pools
+    pairs = dict(fusable_pools(net))
+    convs = []
+    for n in names or ():
+        if "+" not in n:
+            continue
+        conv, _, pool = n.partition("+")
+        if pairs.get(conv) != pool:
+            have = ", ".join(f"{c}+{p}" for c, p in pairs.items()) or "none"
+            raise AotconvError(f"--layer {n}: not a conv and the pool that may fold into it; "
+                               f"network '{net.name}' has: {have}")
+        convs.append(conv)
+    return list(dict.fromkeys(convs))
+
+
 def _named_layers(net, ctx, names):
-    """(network layers to tune, [conversion layers to tune]) for --layer `names`: (None, [])
-    when there are none (the whole network, and what a build measures after it)."""
+    """(network layers to tune, [conversion layers to tune]) for --layer `names` (the
+    `conv+pool` pairs aside: _fused_pools): (None, []) when there are none (the whole
+    network, and what a build measures after it)."""
     if not names:
         return None, []
+    names = [n for n in names if "+" not in n]
+    if not names:                                   # conv+pool pairs only
+        return [], []
     known = [l.name for l in net.layers]
     rest = [n for n in names if n not in known]
     converts = recorded_conversions(net, ctx) if rest else []

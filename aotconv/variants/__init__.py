@@ -33,6 +33,7 @@ from .conv_mma_f16_nhwc import ConvMmaF16Nhwc
 from .conv_mma_f16_stem import ConvMmaF16Stem
 from .conv_wgmma_f16_nhwc import ConvWgmmaF16Nhwc
 from .conv_wgmma_halo_f16_nhwc import ConvWgmmaHaloF16Nhwc
+from .conv_wgmma_halo_pool_f16_nhwc import ConvWgmmaHaloPoolF16Nhwc
 from .conv_mma_tf32_nhwc import ConvMmaTf32Nhwc
 from .dense_gemv import DenseGemv
 from .dense_gemm import DenseGemm
@@ -73,6 +74,7 @@ VARIANTS = [
     ConvMmaF16Stem(),           # ... first layers: NCHW in (few channels), NHWC out
     ConvWgmmaF16Nhwc(),         # ... on Hopper's warpgroup instruction (sm_90a)
     ConvWgmmaHaloF16Nhwc(),     # ... its 3x3s from a halo tile staged once per BK channels
+    ConvWgmmaHaloPoolF16Nhwc(), # ... with a 2x2 max pool fused (conv_pool layers)
     ConvMmaTf32Nhwc(),          # TF32 tensor cores channels last: tf32 builds only
     DenseGemv(),
     DenseGemm(),

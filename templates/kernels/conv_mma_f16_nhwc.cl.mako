@@ -4,6 +4,7 @@
 <%
     define = nh.attr.define
     residual = bool(attrs.get("residual"))      # an add fused in (aotconv.variants.residual)
+    pool = bool(attrs.get("pool"))              # a 2x2 max pool fused (conv_wgmma_halo_pool_f16_nhwc)
     # the element in the text of the GEMM this shares with conv_mma_tf32_nhwc (_mma_nhwc.mako):
     # 8 halves per uint4 and 2 per word (an .f16x2 register), mma.m16n8k16 .f16
     el = dict(vec=8, vector="uint4", zero="(uint4)(0u)", kstep=16, mma="MMA_F16",
@@ -628,6 +629,48 @@ ${nh.setup(el)}\
     const float8 b8 = load_half8((__global const uint4*)bias + n / 8);
 % endif
 % endif
+% if pool:
+    // The 2x2 max pool fused: one pass stages the whole tile (BM = 16 WM: warp wm's rows are
+    // tile rows 16 wm ..), whose BM slots are whole pairs of padded rows (BM a multiple of
+    // 2 TWH, TW even); each window's four outputs get bias and activation per element, their
+    // max is rounded to half once and stored at the pooled pixel.
+    barrier(CLK_LOCAL_MEM_FENCE);              // the last stage read out
+    #pragma unroll
+    for (int ni = 0; ni < NI; ++ni) {
+        __local float* const e0 = ep + (wm * 16 + g) * ELD + wn * WTN + ni * 8 + 2 * t;
+        *(__local float2*)e0 = (float2)(acc[0][ni][0], acc[0][ni][1]);
+        *(__local float2*)(e0 + 8 * ELD) = (float2)(acc[0][ni][2], acc[0][ni][3]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int e = tid; e < BM / 4 * BN8; e += WG) {
+        // window e / BN8 of the tile: its first slot's row r0 (even padded row, even column)
+        const int w = e / BN8, r0 = w / (TWH / 2) * (2 * TWH) + w % (TWH / 2) * 2;
+        const int u = u0 + r0, pr = u / TWH, yq = pr % HP, xq = u % TWH;
+        if (xq >= TW || ox0 + xq >= Q || yq >= P || pr >= BATCH * HP)
+            continue;
+% if NCHK:
+        if (n >= K)
+            continue;
+% endif
+        float8 o;
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            __local const float4* const p = (__local const float4*)(ep + (r0 + j / 2 * TWH + j % 2) * ELD + ec * 8);
+            float8 s = (float8)(p[0], p[1]);
+% if has_bias:
+            s += b8;
+% endif
+% if attrs["act"] != "none":
+            s = (float8)(${", ".join(capture(c.act, attrs["act"], attrs["alpha"], "s.s%d" % j).strip() for j in range(4))},
+                         ${", ".join(capture(c.act, attrs["act"], attrs["alpha"], "s.s%d" % j).strip() for j in range(4, 8))});
+% endif
+            o = j ? fmax(o, s) : s;
+        }
+        const int mo = (pr / HP * (P / 2) + yq / 2) * (Q / 2) + (ox0 + xq) / 2;
+        ((__global uint4*)y)[(mo * K + n) / 8] = pack_half8_rte(o);
+    }
+}
+% else:
 <%call expr="nh.staged_passes(el)">\
             const int i8 = (m * K + n) / 8;
             __local const float4* const p = (__local const float4*)(ep + sr * ELD + ec * 8);
@@ -647,6 +690,7 @@ ${nh.setup(el)}\
             ((__global uint4*)y)[i8] = pack_half8_rte(o);
 % endif
 </%call>\
+% endif
 % else:
 ${nh.direct_epilogue(el)}\
 % endif
