@@ -272,6 +272,24 @@ def assemble_sm90a(v, layer, cfg):
     return fixed, r
 
 
+def assemble_sm90(v, layer, cfg):
+    """`v`'s kernel at `cfg` through clang's nvptx and ptxas -v for sm_90 (an mma.sync kernel:
+    no sm_90a rewrite), every entry without a spilled register: clang's PTX."""
+    import tempfile
+    clang, ptxas = clang_nvptx()
+    rc, out, err = to_ptx(clang, NVPTX_PRELUDE + v.render(layer, cfg, "k"))
+    assert rc == 0, err[-2000:]
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "k.ptx").write_text(out.replace(".target sm_80", ".target sm_90")
+                                    .replace(".version 7.5", ".version 7.8"))
+        run = subprocess.run([ptxas, "-arch=sm_90", "-v", str(Path(d, "k.ptx")), "-o",
+                              str(Path(d, "k.cubin"))], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    spills = re.findall(r"(\d+) bytes spill stores", run.stderr)
+    assert spills and all(n == "0" for n in spills), (cfg, run.stderr)
+    return out
+
+
 def ptxas_registers(ptxas, ptx, tmp_path, cfg):
     """ptxas assembles `ptx` (kernel k) for sm_90 without spilling a register: the registers
     it uses."""

@@ -13,11 +13,7 @@ and the half model within one half ulp; a kernel whose A fragments take the k of
 step is caught.
 """
 import functools
-import re
-import subprocess
-import tempfile
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,23 +94,13 @@ def test_empty_slices_and_idle_warps_are_pruned():
 def test_the_kernel_assembles_for_sm_90_without_spills(monkeypatch):
     """The whole kernel through clang's nvptx and ptxas for sm_90 (the H100) at fc6's size,
     the largest points of the space: mma.sync and 16-byte loads, no spilled register."""
-    from mma_nhwc_helpers import NVPTX_PRELUDE, clang_nvptx, to_ptx
+    from mma_nhwc_helpers import assemble_sm90
     monkeypatch.delenv(EMULATE_ENV, raising=False)
-    clang, ptxas = clang_nvptx()
     layer = dense((16, 512, 7, 7), 4096, act="relu")
     for cfg in (_cfg(NT=1, WARPS=8, U=8, KSPLIT=1), _cfg(NT=4, WARPS=2, U=4, KSPLIT=2)):
-        rc, ptx, err = to_ptx(clang, NVPTX_PRELUDE + V.render(layer, cfg, "k"))
-        assert rc == 0, err[-2000:]
+        ptx = assemble_sm90(V, layer, cfg)
         assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
         assert "ld.global.nc.v4.u32" in ptx
-        with tempfile.TemporaryDirectory() as d:
-            Path(d, "k.ptx").write_text(ptx.replace(".target sm_80", ".target sm_90")
-                                        .replace(".version 7.5", ".version 7.8"))
-            run = subprocess.run([ptxas, "-arch=sm_90", "-v", str(Path(d, "k.ptx")), "-o",
-                                  str(Path(d, "k.cubin"))], capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr[-2000:]
-        spills = re.findall(r"(\d+) bytes spill stores", run.stderr)
-        assert spills and all(s == "0" for s in spills), (cfg, run.stderr)
 
 
 # -- on PoCL: the emulated mma ------------------------------------------------------------------
