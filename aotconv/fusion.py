@@ -143,18 +143,21 @@ DIRECT_CONVS = ("conv_direct", "conv_tiled")
 POOL_SHARE = 0.25
 
 
-def pool_epilogue_of(variant):
+def pool_epilogue_of(variant, fused=None):
     """The conv_pool variants that are `variant`'s kernel with the pool in its epilogue (their
-    `pool_of`): fused, the conv costs about what it did, so the pair is worth measuring."""
+    `pool_of`), those that take the conv_pool layer `fused` where given: fused, the conv
+    costs about what it did, so the pair is worth measuring."""
     from .variants import VARIANTS
-    return [v.name for v in VARIANTS if getattr(v, "pool_of", None) == variant]
+    return [v.name for v in VARIANTS if getattr(v, "pool_of", None) == variant
+            and (fused is None or v.supports(fused) is None)]
 
 
-def worth_measuring(choices, conv, pool):
+def worth_measuring(choices, conv, pool, fused=None):
+    """Whether the pair's conv_pool layer (`fused`, where known) is worth a search."""
     c, p = choices.get(conv), choices.get(pool)
     if c is None or p is None:
         return False
-    if c.variant in DIRECT_CONVS or pool_epilogue_of(c.variant):
+    if c.variant in DIRECT_CONVS or pool_epilogue_of(c.variant, fused):
         return True
     return bool(c.time_ms and p.time_ms and p.time_ms >= POOL_SHARE * c.time_ms)
 
@@ -172,7 +175,9 @@ def apply(net, choices, target, policy="measure", mode="tune", choose_fn=None):
     fused_choices, all_fused = {}, None
     # in fallback mode nothing is measured, so "measure" could never fuse: skip the choosing
     if policy == "always" or (policy == "measure" and mode != "fallback"):
-        worth = [c for c, p in pairs if policy == "always" or worth_measuring(choices, c, p)]
+        every = {l.name: l for l in passes.fuse_pool(net).layers}      # each pair fused
+        worth = [c for c, p in pairs
+                 if policy == "always" or worth_measuring(choices, c, p, every[c])]
         if worth:
             all_fused = passes.fuse_pool(net, worth)
             fused_choices = choose_fn(all_fused, worth)

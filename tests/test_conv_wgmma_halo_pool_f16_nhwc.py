@@ -94,10 +94,14 @@ def test_the_pair_is_measured_where_the_conv_runs_the_kernel_it_pools():
     epilogue: conv_wgmma_halo_f16_nhwc, however cheap the pool."""
     cheap = {"c": Choice("conv_wgmma_halo_f16_nhwc", Config(()), time_ms=1.0),
              "p": Choice("pool_nhwc", Config(()), time_ms=0.01)}
+    fused = conv_pool((2, 16, 14, 14), out=32, kernel=3, act="relu")
     assert fusion.pool_epilogue_of("conv_wgmma_halo_f16_nhwc") == [V.name]
-    assert fusion.worth_measuring(cheap, "c", "p")
+    assert fusion.worth_measuring(cheap, "c", "p", fused)
     other = dict(cheap, c=Choice("conv_mma_f16_nhwc", Config(()), time_ms=1.0))
-    assert not fusion.worth_measuring(other, "c", "p")
+    assert not fusion.worth_measuring(other, "c", "p", fused)
+    # a pool the sibling does not take (3x3 stride 2) is not worth a search for a cheap pool
+    s2 = conv_pool((2, 16, 14, 14), out=32, kernel=3, pool=dict(kernel=3, stride=2))
+    assert not fusion.worth_measuring(cheap, "c", "p", s2)
 
 
 # -- on PoCL: the emulated wgmma ----------------------------------------------------------------
