@@ -44,6 +44,9 @@ def rewrite(ptx):
     """The PTX with its marked lines uncommented, retargeted to sm_90a. Raises ValueError where
     it holds no marked line (the source's sm_90a instructions did not reach the PTX) or its
     target is not sm_90 (sm_90a code runs on compute capability 9.0 alone)."""
+    # the driver's binary ends in the NUL of a C string: left in, it would end the text that
+    # ptxas reads before its last line (the driver's own build stops at it unharmed)
+    ptx = ptx.replace("\0", "")
     if MARK not in ptx:
         raise ValueError("the PTX holds no marked sm_90a instruction")
     if not _TARGET.search(ptx):

@@ -62,6 +62,9 @@ def test_the_rewrite_uncomments_marked_lines_and_retargets():
     assert ".version 8.0" in out and ".version 7.8" not in out
     assert "\t// a plain comment stays" in out
     assert ptx.rewrite(PTX.replace(".version 7.8", ".version 9.0")).count(".version 9.0") == 1
+    # the driver's binary ends in a C string's NUL: ptxas reads a NUL as the end of the text
+    # ("Unexpected EOF"), so the rewrite, which the library embeds and ptxas assembles, has none
+    assert ptx.rewrite(PTX + "\0") == out and "\0" not in out
 
 
 @pytest.mark.parametrize("bad, why", [
