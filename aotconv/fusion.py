@@ -175,9 +175,11 @@ def apply(net, choices, target, policy="measure", mode="tune", choose_fn=None):
     fused_choices, all_fused = {}, None
     # in fallback mode nothing is measured, so "measure" could never fuse: skip the choosing
     if policy == "always" or (policy == "measure" and mode != "fallback"):
-        every = {l.name: l for l in passes.fuse_pool(net).layers}      # each pair fused
-        worth = [c for c, p in pairs
-                 if policy == "always" or worth_measuring(choices, c, p, every[c])]
+        if policy == "always":
+            worth = [c for c, _ in pairs]
+        else:
+            every = {l.name: l for l in passes.fuse_pool(net).layers}  # each pair fused
+            worth = [c for c, p in pairs if worth_measuring(choices, c, p, every[c])]
         if worth:
             all_fused = passes.fuse_pool(net, worth)
             fused_choices = choose_fn(all_fused, worth)
