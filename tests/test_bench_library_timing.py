@@ -227,3 +227,40 @@ def test_the_device_resident_timing_runs_on_the_librarys_device_and_says_when_it
     assert (best_ours(o), best_ours_way(o)) == (1.5, "from pinned buffers")
     o["run_resident_ms"] = 1.2
     assert (best_ours(o), best_ours_way(o)) == (1.2, "input on the device")
+
+
+def test_a_resident_round_times_the_device_resident_run_alone(lenet5):
+    """--e2e-rounds' later rounds: the child times run_buffers() alone, its output that of
+    run(); the parent turns it into a time, or a sentence where the output moved."""
+    d, net, flat, x = lenet5
+    ours, y = lt.in_own_process(d, flat, x, OPTS, resident_only=True)
+    assert set(ours) == {"run_resident_ms", "process", "torch_loaded"}, ours
+    assert ours["run_resident_ms"] > 0 and ours["torch_loaded"] is False
+    want = run_network(net, x, params_mod.split(net, flat))[0]
+    assert close(y, want)[0]
+    got = e2e.resident_round(lt.in_own_process, d, flat, x, y, OPTS)
+    assert isinstance(got, float) and got > 0
+    assert e2e.resident_round(lt.in_bench_process, d, flat, x, y + 1, OPTS) == \
+        "the output differs from the first round's"
+
+
+def test_rounds_are_summarised_per_round_and_in_the_median():
+    from aotconv.bench.report import e2e_table
+    ours = {"run_resident_ms": 1.60}
+    ref = {"best": "compile_reduce_overhead_ms", "best_ms": 1.50,
+           "rounds": [{"ours": 1.50, "reference": 1.60}, {"ours": "no OpenCL device",
+                                                          "reference": 1.55},
+                      {"ours": 1.55, "reference": 1.60}]}
+    z = e2e.rounds_summary(ours, ref)
+    assert z["way"] == "compile_reduce_overhead" and z["rounds"] == 4
+    assert z["ratios"] == [round(1.6 / 1.5, 4), round(1.5 / 1.6, 4), round(1.55 / 1.6, 4)]
+    assert z["ratio_median"] == pytest.approx(1.55 / 1.6)
+    assert z["ahead"] == 2 and z["notes"] == ["no OpenCL device"]
+    assert z["ours"] == [1.60, 1.50, None, 1.55]
+    row = {"net": "vgg16", "batch": 16, "ours": {**ours, "launches": 20},
+           "torch": {**ref, "eager_ms": 2.0, "compile_reduce_overhead_ms": 1.5},
+           "ratio_best": 1.6 / 1.5, "rounds": z}
+    md = e2e_table([row], "torch")
+    line = next(l for l in md.splitlines() if l.startswith("| vgg16 | 16 | compile_reduce"))
+    assert "| 4 | 1.550 (1.500-1.600) | 1.575 (1.500-1.600) | 1.07, 0.94, 0.97 | 0.969 | " \
+        "2 of 3 | (no OpenCL device)" in line, line

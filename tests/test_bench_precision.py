@@ -76,6 +76,12 @@ def test_options_carry_the_precision_and_builds_of_two_precisions_do_not_share_a
     assert Options(a, cpu).precision == "fp32"             # a namespace without the option
     a.precision = "fp16"
     assert Options(a, cpu).precision == "fp16"
+    assert Options(a, cpu).e2e_rounds == 1
+    a.e2e_rounds = 5
+    assert Options(a, cpu).e2e_rounds == 5
+    a.e2e_rounds = 0
+    with pytest.raises(AotconvError, match="--e2e-rounds 0: give 1"):
+        Options(a, cpu)
     assert build_dir_name("vgg16", 1, "fp32") == "vgg16-b1"   # where fp32 rows always built
     names = {build_dir_name("vgg16", 1, p) for p in precision.PRECISIONS}
     assert len(names) == 3
@@ -287,6 +293,27 @@ def test_torch_end_to_end_in_each_precision(prec):
     assert err < (2e-2 if prec == "fp16" else 1e-5)
     assert err > (1e-5 if prec == "fp16" else -1)       # it really ran in half
     assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+
+
+@needs_torch
+def test_torch_rounds_alternate_with_ours():
+    """--e2e-rounds: ours (between()) then the best way timed again, N - 1 times."""
+    net = spec.load_network("lenet5", batch=2)
+    flat = params_mod.random_params(net, seed=2)
+    x = np.random.default_rng(3).standard_normal(net.input_shape).astype(np.float32)
+    opts = SimpleNamespace(repeats=3, warmup=1, max_measure_s=1.0, torch_compile=[],
+                           e2e_rounds=3)
+    calls = []
+
+    def between():
+        calls.append(len(calls))
+        return 1.0 + len(calls)
+    res, _ = torch_e2e(net, flat, x, "cpu", opts, "fp32", between=between)
+    assert calls == [0, 1] and res["best"] == "eager_ms"
+    assert [r["ours"] for r in res["rounds"]] == [2.0, 3.0]
+    assert all(r["reference"] > 0 for r in res["rounds"])
+    res, _ = torch_e2e(net, flat, x, "cpu", opts, "fp32")
+    assert "rounds" not in res
 
 
 # -- for real on PoCL --------------------------------------------------------------------------

@@ -61,6 +61,11 @@ def add_commands(sub):
                    help="torch.compile modes timed end to end on a GPU beside eager and its "
                         "CUDA graph, comma-separated (reduce-overhead, max-autotune, default) or "
                         "none (default: reduce-overhead)")
+    b.add_argument("--e2e-rounds", type=int, default=1,
+                   help="on a GPU: after the first timing of each network, N - 1 more rounds "
+                        "that time ours on the device-resident input and the best PyTorch way "
+                        "alternately; the report gives each round's ratio and their median "
+                        "(default 1)")
     b.add_argument("--ours-in-process", action="store_true",
                    help="time the end-to-end library in the bench's own process, beside PyTorch "
                         "(default: a process of its own, as an application runs it)")

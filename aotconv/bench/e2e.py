@@ -95,8 +95,13 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
     if refs.torch_device is None:
         row["torch"]["note"] = refs.status["torch"]["note"]
         return row
+    between = None
+    if getattr(opts, "e2e_rounds", 1) > 1 and refs.torch_device == "cuda":
+        def between():
+            return resident_round(timed, outdir, flat, x, y, opts)
     try:
-        row["torch"], yt = torch_e2e(net0, flat, x, refs.torch_device, opts, prec)
+        row["torch"], yt = torch_e2e(net0, flat, x, refs.torch_device, opts, prec,
+                                     between=between)
         ys = y if isinstance(y, list) else [y]
         yts = yt if isinstance(yt, list) else [yt]
         errs = [close(a, b)[1] for a, b in zip(ys, yts)]
@@ -107,6 +112,8 @@ def bench_e2e(dev, refs, net_name, batch, opts, notes):
         row["ratio_kernels"] = o["kernels_ms"] / t["eager_ms"] if t.get("eager_ms") else None
         ours = best_ours(o)
         row["ratio_best"] = ours / t["best_ms"] if t.get("best_ms") else None
+        if t.get("rounds"):
+            row["rounds"] = rounds_summary(o, t)
     except Exception as e:
         row["torch"] = {"note": "failed", **failure(e)}
     return row
@@ -152,12 +159,47 @@ def numpy_check(sch, net0, flat, x, y, opts):
     return out
 
 
-def torch_e2e(net0, flat, x, device, opts, precision="fp32"):
+def resident_round(timed, outdir, flat, x, y, opts):
+    """One more round of our device-resident timing (`timed`: in_own_process or
+    in_bench_process, resident_only): its ms, or a sentence saying why there is none (its
+    output differing from the first round's is one)."""
+    ours, y2 = timed(outdir, flat, x, opts, resident_only=True)
+    if ours.get("run_resident_ms") is None:
+        return ours.get("run_resident_error") or ours.get("error") or "no time"
+    ys = y if isinstance(y, list) else [y]
+    y2s = y2 if isinstance(y2, list) else [y2]
+    if len(ys) != len(y2s) or not all(np.array_equal(a, b) for a, b in zip(ys, y2s)):
+        return "the output differs from the first round's"
+    return ours["run_resident_ms"]
+
+
+def rounds_summary(ours, torch_res):
+    """{ours, reference, ratios, ratio_median, way} over the interleaved rounds: round 1 is
+    the row's own timing (ours on the device-resident input, the reference's best way); a
+    round where ours gave no time is left out of the ratios and says why in `notes`."""
+    way = torch_res["best"][:-3]
+    o = [ours.get("run_resident_ms")] + [r["ours"] for r in torch_res["rounds"]]
+    t = [torch_res["best_ms"]] + [r["reference"] for r in torch_res["rounds"]]
+    pairs = [(a, b) for a, b in zip(o, t) if isinstance(a, float) and isinstance(b, float)]
+    ratios = [a / b for a, b in pairs]
+    return {"way": way, "ours": [a if isinstance(a, float) else None for a in o],
+            "reference": t, "ratios": [round(r, 4) for r in ratios],
+            "ratio_median": float(np.median(ratios)) if ratios else None,
+            "ahead": sum(r < 1 for r in ratios), "rounds": len(o),
+            "notes": [a for a in o if isinstance(a, str)]}
+
+
+def torch_e2e(net0, flat, x, device, opts, precision="fp32", between=None):
     """PyTorch on a model of the same net in `precision` (refs.torch_ref.Precision): eager
     device time (CUDA events, input resident) and wall time including the input upload and
     output download, as our run() does (the float input uploaded and cast on the device, the
     output widened to float there, as our library's casts do); on a GPU also replayed from a
-    CUDA graph and through torch.compile, every way under the same precision settings."""
+    CUDA graph and through torch.compile, every way under the same precision settings.
+
+    `between()` (with --e2e-rounds N > 1): our timing of one more round, called N - 1 times,
+    each followed by the best way timed again with the same counts, so that both sides are
+    sampled alternately over the same stretch of the GPU's time: res["rounds"] is
+    [{ours, reference}] for rounds 2..N."""
     t = torch()
     with Precision(precision, device) as prec:
         model = prec.model(torch_model.build(net0, flat, device))
@@ -179,16 +221,20 @@ def torch_e2e(net0, flat, x, device, opts, precision="fp32"):
                 walls.append((time.perf_counter() - t0) * 1e3)
         res = {"eager_ms": float(np.median(eager)), "wall_ms": float(np.median(walls)),
                "eager_times": rounded(eager), "settings": prec.settings()}
+        runners = {"eager": lambda: model(xd)}
         if device == "cuda":
             res.update(_timed_variant("graph", lambda: cuda_graph(model, xd), ys, timer,
-                                      warmup, repeats))
+                                      warmup, repeats, runners))
             for mode in opts.torch_compile:
                 res.update(_timed_variant(f"compile_{mode.replace('-', '_')}",
                                           lambda m=mode: compiled(model, xd, m), ys, timer,
-                                          warmup, repeats))
-    best = [(k, v) for k, v in res.items() if k.endswith("_ms") and k != "wall_ms"]
-    if best:
-        res["best"], res["best_ms"] = min(best, key=lambda kv: kv[1])
+                                          warmup, repeats, runners))
+        best = [(k, v) for k, v in res.items() if k.endswith("_ms") and k != "wall_ms"]
+        if best:
+            res["best"], res["best_ms"] = min(best, key=lambda kv: kv[1])
+            if between is not None:
+                res["rounds"] = _rounds(runners[res["best"][:-3]], between, timer, warmup,
+                                        repeats, opts.e2e_rounds - 1, device)
     return res, (ys[0] if len(ys) == 1 else ys)
 
 
@@ -219,9 +265,26 @@ def compiled(model, xd, mode):
     return (lambda: fn(xd)), (lambda: fn(xd))
 
 
-def _timed_variant(name, make, ys, timer, warmup, repeats):
+def _rounds(run, between, timer, warmup, repeats, n, device):
+    """`n` rounds of ours (`between()`) then `run` timed as before (the same counts, under
+    no_grad as it was timed): [{ours, reference}]."""
+    t = torch()
+    out = []
+    with t.no_grad():
+        for _ in range(n):
+            ours_ms = between()
+            for _ in range(warmup):
+                run()
+            sync(device)
+            times = [timer(run) for _ in range(repeats)]
+            out.append({"ours": ours_ms, "reference": float(np.median(times))})
+    return out
+
+
+def _timed_variant(name, make, ys, timer, warmup, repeats, runners=None):
     """{name_ms, name_times, name_error} of one PyTorch way to run the model, its output
-    checked against eager's first; {name_note} when it cannot be had."""
+    checked against eager's first; {name_note} when it cannot be had. The way's run callable
+    goes into `runners[name]` where it was timed."""
     t = torch()
     try:
         with t.no_grad():
@@ -237,5 +300,7 @@ def _timed_variant(name, make, ys, timer, warmup, repeats):
             times = [timer(run) for _ in range(repeats)]
     except Exception as e:              # a PyTorch feature missing here is a note, not a failure
         return {f"{name}_note": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+    if runners is not None:
+        runners[name] = run
     return {f"{name}_ms": float(np.median(times)), f"{name}_times": rounded(times),
             f"{name}_error": err, f"{name}_setup_s": round(setup_s, 1)}

@@ -46,13 +46,17 @@ STDERR_LINES = 3
 MODULE = "aotconv.bench.library_timing"
 
 
-def time_library(build_dir, flat, x, opts, on_first=None):
+def time_library(build_dir, flat, x, opts, on_first=None, resident_only=False):
     """Time the library in `build_dir` on the parameters `flat` and the input `x`, with the
     warm-up and repeats of protocol.e2e_counts(first timing, opts) (opts: repeats, warmup,
     max_measure_s). Returns (ours, y): ours holds run_ms, kernels_ms, run_times, launches,
     run_pinned_ms (or run_pinned_error) and run_pinned_noprof_ms (or ..._error), or what was
     measured and {error, where} once something failed; y is the first run's output (None
-    when it could not be had). `on_first(once_ms, load_s)` is called after the first timing."""
+    when it could not be had). `on_first(once_ms, load_s)` is called after the first timing.
+    With `resident_only`, ours holds run_resident_ms (or run_resident_error) alone: one more
+    round of the device-resident timing (`aotconv bench --e2e-rounds`)."""
+    if resident_only:
+        return _resident_round(build_dir, flat, x, opts, on_first)
     ours, y = {}, None
     try:
         t0 = time.perf_counter()
@@ -84,6 +88,27 @@ def time_library(build_dir, flat, x, opts, on_first=None):
             quiet = pinned_run(lib, x, y, warmup, repeats)
         ours.update({k.replace("run_pinned", "run_pinned_noprof"): v for k, v in quiet.items()})
         ours.update(resident_run(build_dir, flat, x, y, warmup, repeats))
+    except Exception as e:
+        ours.update(failure(e))
+    return ours, y
+
+
+def _resident_round(build_dir, flat, x, opts, on_first):
+    """time_library(resident_only=True): run() once for the output that the device-resident
+    runs must match and once timed for the counts, then resident_run."""
+    ours, y = {}, None
+    try:
+        t0 = time.perf_counter()
+        with load(build_dir, profile=False) as lib:
+            lib.set_params(flat)
+            y = lib(x)
+            load_s = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            lib(x)
+            once_ms = (time.perf_counter() - t1) * 1e3
+        if on_first is not None:
+            on_first(once_ms, load_s)
+        ours.update(resident_run(build_dir, flat, x, y, *e2e_counts(once_ms, opts)))
     except Exception as e:
         ours.update(failure(e))
     return ours, y
@@ -172,34 +197,35 @@ def _library_device(target_name):
         f"no OpenCL device here matches the library's target '{target_name}'"
 
 
-def in_bench_process(build_dir, flat, x, opts):
+def in_bench_process(build_dir, flat, x, opts, resident_only=False):
     """time_library in this process (`aotconv bench --ours-in-process`); ours says so."""
-    ours, y = time_library(build_dir, flat, x, opts)
+    ours, y = time_library(build_dir, flat, x, opts, resident_only=resident_only)
     ours.update(process="bench", torch_loaded="torch" in sys.modules)
     return ours, y
 
 
-def child_command(build_dir, files, opts):
+def child_command(build_dir, files, opts, resident_only=False):
     """The child's command line: this interpreter, this module, the files and the counts."""
     return [sys.executable, "-m", MODULE, str(Path(build_dir).resolve()),
             "--params", str(files / "params.npy"), "--input", str(files / "input.npy"),
             "--out", str(files), "--repeats", str(opts.repeats), "--warmup", str(opts.warmup),
-            "--max-measure-s", str(opts.max_measure_s)]
+            "--max-measure-s", str(opts.max_measure_s)] + (
+                ["--resident-only"] if resident_only else [])
 
 
-def in_own_process(build_dir, flat, x, opts):
+def in_own_process(build_dir, flat, x, opts, resident_only=False):
     """time_library in a child process of its own: (ours, y) as time_library gives them, ours
     with process "own" and whether the child had loaded torch; where the child gave no result
     (it exited with an error, was killed, or ran past its limit), ours is {error} saying so
     with the last lines of its stderr, and y is None; where this side failed (the files not
     written, the process not started), {error, where} as time_library gives them."""
     try:
-        return _in_own_process(build_dir, flat, x, opts)
+        return _in_own_process(build_dir, flat, x, opts, resident_only)
     except Exception as e:
         return {**failure(e), "process": "own"}, None
 
 
-def _in_own_process(build_dir, flat, x, opts):
+def _in_own_process(build_dir, flat, x, opts, resident_only):
     with tempfile.TemporaryDirectory(prefix="aotconv-timing-") as tmp:
         files = Path(tmp)
         np.save(files / "params.npy", np.ascontiguousarray(flat, np.float32))
@@ -208,7 +234,8 @@ def _in_own_process(build_dir, flat, x, opts):
         # the bench's own sys.path (a tool may have put aotconv on it by hand)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         with open(files / "stderr.txt", "w+b") as err:
-            clean, ended = _run_child(child_command(build_dir, files, opts), env, err)
+            clean, ended = _run_child(child_command(build_dir, files, opts, resident_only),
+                                       env, err)
             err.seek(0)
             tail = _tail(err.read().decode("utf-8", "replace"))
         result = files / "ours.json"
@@ -307,6 +334,8 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, required=True)
     p.add_argument("--warmup", type=int, required=True)
     p.add_argument("--max-measure-s", type=float, required=True)
+    p.add_argument("--resident-only", action="store_true",
+                   help="time run_buffers() on a device-resident input alone (one more round)")
     a = p.parse_args(argv)
     opts = argparse.Namespace(repeats=a.repeats, warmup=a.warmup, max_measure_s=a.max_measure_s)
     flat, x = np.load(a.params), np.load(a.input)
@@ -320,7 +349,7 @@ def main(argv=None):
         print(MARK + json.dumps({"once_ms": once_ms, "load_s": load_s, "rest_s": rest_s}),
               flush=True)
 
-    ours, y = time_library(a.dir, flat, x, opts, on_first=first)
+    ours, y = time_library(a.dir, flat, x, opts, on_first=first, resident_only=a.resident_only)
     ours["torch_loaded"] = "torch" in sys.modules
     out = Path(a.out)
     ys = [] if y is None else (y if isinstance(y, list) else [y])

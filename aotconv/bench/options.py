@@ -85,6 +85,11 @@ class Options:
         self.target_arg = a.target
         self.torch_compile = [m for m in (getattr(a, "torch_compile", None) or "none").split(",")
                               if m and m != "none"]
+        rounds = getattr(a, "e2e_rounds", None)
+        self.e2e_rounds = 1 if rounds is None else rounds
+        if self.e2e_rounds < 1:
+            raise AotconvError(f"--e2e-rounds {self.e2e_rounds}: give 1 (the first timing "
+                               "alone) or more")
         self.deadline = (time.monotonic() + a.deadline) if a.deadline else None
         self._measurer = None
 

@@ -7,6 +7,7 @@ table can be re-rendered (`aotconv bench --from-json`) and tested without a devi
 """
 import json
 import math
+import statistics
 from pathlib import Path
 import sys
 import traceback
@@ -371,7 +372,32 @@ def _e2e_table(rows, ref_label, prec):
                          f"{_ms(best_ours(o))} | {best_ours_way(o)} | "
                          + " | ".join(cells)
                          + f" | {t['best'][:-3]} | {_f(r.get('ratio_best'), '{:.2f}')} |")
+    rounds = [r for r in rows if r.get("rounds")]
+    if rounds:
+        lines += ["", f"Interleaved rounds (`--e2e-rounds`): {ours} on the device-resident "
+                      f"input and {ref}'s best way, timed alternately, each round with the "
+                      f"same counts; round 1 is the row above:", "",
+                  f"| network | batch | {ref} way | rounds | {ours} ms, median (range) | "
+                  f"{ref} ms, median (range) | {ours} / {ref} per round | median ratio | "
+                  f"{ours} ahead |",
+                  "|" + "---|" * 9]
+        for r in rounds:
+            z = r["rounds"]
+            o = [v for v in z["ours"] if v is not None]
+            lines.append(f"| {r['net']} | {r['batch']} | {z['way']} | {z['rounds']} | "
+                         f"{_spread(o)} | {_spread(z['reference'])} | "
+                         f"{', '.join(f'{v:.2f}' for v in z['ratios'])} | "
+                         f"{_f(z.get('ratio_median'), '{:.3f}')} | "
+                         f"{z['ahead']} of {len(z['ratios'])} |"
+                         + (f" ({'; '.join(z['notes'])})" if z.get("notes") else ""))
     return "\n".join(lines)
+
+
+def _spread(values):
+    """'median (min-max)' of ms values, or '-'."""
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
 def _torch_ways(rows):
@@ -499,6 +525,10 @@ def text_table(doc):
                  f"{_f(t.get('eager_ms'), '{:.3f}')} ms"
                  + (f", best {t['best'][:-3]} {t['best_ms']:.3f} ms (ours / best "
                     f"{_f(r.get('ratio_best'), '{:.2f}')})" if t.get("best_ms") else "")
+                 + (f"; {r['rounds']['rounds']} interleaved rounds: ours / best median "
+                    f"{_f(r['rounds'].get('ratio_median'), '{:.3f}')}, ahead in "
+                    f"{r['rounds']['ahead']} of {len(r['rounds']['ratios'])}"
+                    if r.get("rounds") else "")
                  + "; tune+build "
                  f"{_f(r.get('build_s'), '{:.1f}')} s"
                  + check + (f"; {o['error']}" if o.get("error") else ""))
