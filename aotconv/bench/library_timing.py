@@ -61,12 +61,7 @@ def time_library(build_dir, flat, x, opts, on_first=None, resident_only=False):
     try:
         t0 = time.perf_counter()
         with load(build_dir, profile=True) as lib:      # the kernels column: profile()
-            lib.set_params(flat)
-            y = lib(x)
-            load_s = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            lib(x)
-            once_ms = (time.perf_counter() - t1) * 1e3
+            y, load_s, once_ms = _first_runs(lib, flat, x, t0)
             if on_first is not None:
                 on_first(once_ms, load_s)
             warmup, repeats = e2e_counts(once_ms, opts)
@@ -93,6 +88,17 @@ def time_library(build_dir, flat, x, opts, on_first=None, resident_only=False):
     return ours, y
 
 
+def _first_runs(lib, flat, x, t0):
+    """The parameters set and two runs on a handle loaded since `t0`: (the first run's output,
+    seconds from t0 to it, ms of the second run)."""
+    lib.set_params(flat)
+    y = lib(x)
+    load_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    lib(x)
+    return y, load_s, (time.perf_counter() - t1) * 1e3
+
+
 def _resident_round(build_dir, flat, x, opts, on_first):
     """time_library(resident_only=True): run() once for the output that the device-resident
     runs must match and once timed for the counts, then resident_run."""
@@ -100,12 +106,7 @@ def _resident_round(build_dir, flat, x, opts, on_first):
     try:
         t0 = time.perf_counter()
         with load(build_dir, profile=False) as lib:
-            lib.set_params(flat)
-            y = lib(x)
-            load_s = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            lib(x)
-            once_ms = (time.perf_counter() - t1) * 1e3
+            y, load_s, once_ms = _first_runs(lib, flat, x, t0)
         if on_first is not None:
             on_first(once_ms, load_s)
         ours.update(resident_run(build_dir, flat, x, y, *e2e_counts(once_ms, opts)))
