@@ -90,10 +90,11 @@ def busy_per_cu(layer, c, target):
     """Work-groups wanted per compute unit by enough_work_groups: one, so that every compute
     unit has work. Each work-group here is a warpgroup or more with a pipeline of its own
     (cp.async or register loads ahead, wgmmas in flight), and up to four of them share a
-    compute unit, so they need not come in pairs: on the H100, VGG-16 b16's 14x14 conv5_1 ran
-    in 0.0483 ms as 256 work-groups of one warpgroup (BM 64, BN 128) on 132 compute units,
-    against 0.0566 ms for the best point at two work-groups per compute unit or more. The
-    register and local-memory occupancy rules keep min_wg_per_cu."""
+    compute unit, so they need not come in pairs. On the H100, VGG-16 b16's 14x14 conv5_1 as
+    256 work-groups of one warpgroup (BM 64, BN 128) on 132 compute units tuned to 0.0557 ms,
+    against 0.0566 ms for the best point at two work-groups per compute unit or more (and
+    conv5_3 with its pool 0.0541 against 0.0571 ms). The register and local-memory occupancy
+    rules keep min_wg_per_cu."""
     return 1
 
 
