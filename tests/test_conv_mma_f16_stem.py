@@ -13,7 +13,6 @@ tolerance and the half model within one half ulp; both epilogues store the same 
 whose A fragments swap two registers is caught.
 """
 import functools
-import zlib
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ from aotconv.variants import BY_NAME
 from aotconv.variants.base import Config
 from aotconv.variants.conv_mma import EMULATE_ENV
 from half_helpers import check_half_output, emulated  # noqa: F401 (emulated: a fixture)
+from mma_nhwc_helpers import random_case
 
 V = BY_NAME["conv_mma_f16_stem"]
 H100 = TARGETS["h100"]
@@ -119,9 +119,7 @@ CASES = {
 
 @functools.lru_cache(maxsize=None)
 def case(cid):
-    layer = CASES[cid][0]()
-    xs, prm = harness.random_inputs(layer, np.random.default_rng(zlib.crc32(cid.encode())))
-    return layer, xs, prm
+    return random_case(CASES[cid][0](), cid)
 
 
 def _run(layer, cfg, xs, prm, target, ctx):

@@ -14,7 +14,6 @@ tunes the fused layer.
 """
 import functools
 import json
-import zlib
 
 import numpy as np
 import pytest
@@ -29,6 +28,7 @@ from aotconv.variants import BY_NAME
 from aotconv.variants.base import Config
 from aotconv.variants.conv_wgmma_halo_pool_f16_nhwc import conv_view, pool_strips
 from half_helpers import check_half_output, emulated  # noqa: F401 (emulated: a fixture)
+from mma_nhwc_helpers import random_case
 
 V = BY_NAME["conv_wgmma_halo_pool_f16_nhwc"]
 CONV = BY_NAME["conv_wgmma_halo_f16_nhwc"]
@@ -119,9 +119,7 @@ CASES = {
 
 @functools.lru_cache(maxsize=None)
 def case(cid):
-    layer = CASES[cid][0]()
-    xs, prm = harness.random_inputs(layer, np.random.default_rng(zlib.crc32(cid.encode())))
-    return layer, xs, prm
+    return random_case(CASES[cid][0](), cid)
 
 
 def _run(variant, layer, cfg, xs, prm, target, ctx):
