@@ -20,7 +20,12 @@ NCHW, NHWC or CHWN); the network's input and outputs are NCHW, and so are flatte
   coincides for a shape (NCHW and NHWC when H = W = 1, NCHW and CHWN when N = 1, ...) need none.
   The same goes for the element type (aotconv.precision): in an fp16 build the layers store
   half while the network's inputs and outputs are float, so a layout_convert that also casts
-  (`src_storage` beside its `storage`) follows each input and precedes each output.
+  (`src_storage` beside its `storage`) follows each input and precedes each output, unless
+  the layer at that edge takes the cast itself (`fuse_casts`): a layer reading only network
+  inputs whose variant `reads_float` reads them as float and rounds each value to half as it
+  reads it (`src_storage: fp32`, the values the cast would have stored), and a layer without
+  parameters whose output is a network output and nothing else's, whose variant
+  `writes_float`, writes it as float (`storage: fp32`, `src_storage: fp16`), unrounded.
 """
 from dataclasses import dataclass, field
 import copy
@@ -84,12 +89,53 @@ def fallback_convert_choices(layers):
     return {l.name: Choice(v.name, v.fallback(l, None)) for l in layers}
 
 
+def fuse_casts(net, choices):
+    """Mark (in place) the layers of `net`, an fp16 build's network, that take the cast at
+    the network's edges themselves (see the module's docstring); their kernels are the ones
+    `choices` chose, rendered for float input or output. Returns the names marked."""
+    from .precision import src_storage_of, storage_of
+    inputs = set(net.input_names)
+    shape_of = dict(net.inputs)
+    readers = {}
+    for l in net.layers:
+        for t in l.inputs:
+            readers.setdefault(t, []).append(l)
+    marked = []
+
+    def variant(l):
+        c = choices.get(l.name)
+        return None if c is None or is_alias(l) or l.op == "layout_convert" else c.impl
+
+    for l in net.layers:
+        v = variant(l)
+        if (v is not None and v.reads_float and storage_of(l) == "fp16"
+                and src_storage_of(l) == "fp16" and l.inputs and set(l.inputs) <= inputs
+                and all(same_storage(shape_of[t], NCHW, layouts_of(l, choices[l.name])[0])
+                        for t in l.inputs)):
+            l.attrs = dict(l.attrs, src_storage="fp32")
+            marked.append(l.name)
+    by_name = {l.name: l for l in net.layers}
+    for t in net.outputs:
+        l = by_name.get(t)
+        v = None if l is None else variant(l)
+        if (v is not None and v.writes_float and storage_of(l) == "fp16"
+                and src_storage_of(l) == "fp16" and not l.params and t not in readers
+                and net.outputs.count(t) == 1
+                and same_storage(l.out_shape, layouts_of(l, choices[l.name])[1], NCHW)):
+            l.attrs = dict(l.attrs, storage="fp32", src_storage="fp16")
+            marked.append(l.name)
+    return marked
+
+
 def insert_conversions(net, choices):
     """(net with layout_convert layers where readers and producers disagree, [new layers]).
 
-    Idempotent: a network whose conversions are already in place gets none."""
+    In an fp16 build, the layers at the network's edges whose variants can take the cast
+    there do (`fuse_casts`). Idempotent: a network whose conversions are already in place
+    gets none."""
     from .precision import src_storage_of, storage_of
     net = copy.deepcopy(net)
+    fuse_casts(net, choices)
     names = {l.name for l in net.layers} | set(net.input_names)
     write = {t: NCHW for t in net.input_names}
     stored = {t: "fp32" for t in net.input_names}      # the inputs are float

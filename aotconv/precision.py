@@ -10,7 +10,8 @@ TF32 and half storage.
           rounded to nearest even) in device memory, read with vload_half and written with
           vstore_half_rte; all arithmetic and accumulation stays FP32. The library's calls
           stay float: set_params converts the parameters once, and a cast kernel converts the
-          network's inputs to half and its outputs back to float on the device.
+          network's inputs to half and its outputs back to float on the device, or the first
+          or last layer does as it reads or writes them (aotconv.layouts.fuse_casts).
 
 A variant declares what it computes in with a class attribute `precision` (FP32 when it has
 none), and whether its template renders half-storage kernels with `half_storage`. A build of
@@ -434,6 +435,8 @@ def half_network_reference(sch, x, params, dtype=np.float64, rounding=None):
     the network as the library runs it (after passes, fusion, layout conversions and casts)
     computes in float64 on its inputs and parameters as stored, and its output is rounded to
     half where the library stores it in half; the casts to float at the outputs are exact.
+    A layer that stores half and reads float (a cast, or a layer that took one:
+    aotconv.layouts.fuse_casts) rounds what it reads to half first, as its kernel does.
     `dtype` np.float32: every layer computes in float32 instead. `rounding`: what rounds the
     stored outputs instead of round_fp16 (RoundedReference.spread)."""
     from .ops import is_alias
@@ -441,7 +444,10 @@ def half_network_reference(sch, x, params, dtype=np.float64, rounding=None):
     net = sch.net
     values = {t: np.asarray(v, dtype) for t, v in net.input_values(x).items()}
     for layer in net.layers:
-        y = forward(layer, [values[i] for i in layer.inputs], params.get(layer.name, {}), dtype)
+        xs = [values[i] for i in layer.inputs]
+        if storage_of(layer) == "fp16" and src_storage_of(layer) == "fp32":
+            xs = [round_fp16(v).astype(dtype) for v in xs]
+        y = forward(layer, xs, params.get(layer.name, {}), dtype)
         if storage_of(layer) == "fp16" and not is_alias(layer):
             y = (rounding or round_fp16)(y).astype(dtype)
         values[layer.name] = y

@@ -110,7 +110,9 @@ def half_allowance(layer, xs, params, expected, tol=TOLERANCE):
     of the rounding, |ref16 - expected|, and the rounding of a half output, u (|ref16| +
     tol max(1, |ref16|)) + 2^-25 (u = 2^-11; 2^-25, half the spacing of half's subnormals)."""
     from .precision import round_fp16, src_storage_of, storage_of
-    half_in, half_out = src_storage_of(layer) == "fp16", storage_of(layer) == "fp16"
+    # a layer that stores half rounds what it reads to half, read as half or as float
+    half_out = storage_of(layer) == "fp16"
+    half_in = src_storage_of(layer) == "fp16" or half_out
     as_stored = lambda v, half: (round_fp16(np.asarray(v, np.float32)) if half  # noqa: E731
                                  else np.asarray(v, np.float64))
     ref16 = forward(layer, [as_stored(x, half_in) for x in xs],

@@ -460,12 +460,13 @@ layers:
 """
 
 
-def library_on_the_variant(v, name, precision, tmp_path, monkeypatch):
-    """Network `name` (NET) built for PoCL in `precision` with --check, from records that
-    make `v` fastest for c1, c2 (with the add fused in, relu after it) and c3, the last two
-    with the staged epilogue (EPI = 1): the build runs the three on `v` in NHWC, converting
-    c0's output (C = 3 in: another variant, NCHW) once for both of its readers and c3's back
-    for the pool. Returns compile_network's result."""
+def built_from_records(tmp_path, monkeypatch, name, text, precision, picks, fuse=()):
+    """compile_network's result for the network `text` (a net.yaml) written as `name`.yaml,
+    built for PoCL in `precision` with --check from records alone, in a cache of the test's own
+    with no shipped records: the records make each pick fastest. `picks(net, fused)` gives
+    [(layer, variant, cfg)] for the network as the build stores it (after the passes, half in
+    an fp16 build) and for `fused`, the same with the adds after the convs named in `fuse`
+    fused into them."""
     from aotconv.compiler import compile_network
     from aotconv.context import BuildContext
     from aotconv.passes import fuse_residual, optimise
@@ -476,24 +477,35 @@ def library_on_the_variant(v, name, precision, tmp_path, monkeypatch):
     monkeypatch.setenv("AOTCONV_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("AOTCONV_SHIPPED_RECORDS", "0")
     yaml = tmp_path / f"{name}.yaml"
-    yaml.write_text(NET.format(name=name))
+    yaml.write_text(text)
     db = tmp_path / "records.jsonl"
     with BuildContext.make("pocl-cpu", mode="records", precision=precision) as ctx:
         store = Store(write=[db])
-        net = optimise(load_network(str(yaml)))
-        if precision == "fp16":
-            net = stored(net, "fp16")
-        fused = fuse_residual(net, ["c2"])
+        net = stored(optimise(load_network(str(yaml))), precision)
+        fused = fuse_residual(net, list(fuse)) if fuse else net
+        for layer, v, cfg in picks(net, fused, ctx.target):
+            store.append(Key(layer, v, ctx.target, ctx.device), cfg,
+                         Outcome(Status.OK, 1e-3, (1e-3,)))
+    return compile_network(str(yaml), target="pocl-cpu", outdir=tmp_path / "out",
+                           tune_mode="records", tuning_db=str(db), check=True, quiet=True,
+                           precision=precision)
+
+
+def library_on_the_variant(v, name, precision, tmp_path, monkeypatch):
+    """Network `name` (NET) built for PoCL in `precision` with --check, from records that
+    make `v` fastest for c1, c2 (with the add fused in, relu after it) and c3, the last two
+    with the staged epilogue (EPI = 1): the build runs the three on `v` in NHWC, converting
+    c0's output (C = 3 in: another variant, NCHW) once for both of its readers and c3's back
+    for the pool. Returns compile_network's result."""
+    def picks(net, fused, target):
         assert v.supports(net.layer("c0")) is not None
         # c2's kernel, carried over to c2 with the add fused in, and c3's: EPI = 1
-        for layer, epi in ((net.layer("c1"), 0), (net.layer("c2"), 1), (fused.layer("c2"), 1),
-                           (net.layer("c3"), 1)):
-            store.append(Key(layer, v, ctx.target, ctx.device),
-                         with_knobs(v.fallback(layer, ctx.target), EPI=epi),
-                         Outcome(Status.OK, 1e-3, (1e-3,)))
-    res = compile_network(str(yaml), target="pocl-cpu", outdir=tmp_path / "out",
-                          tune_mode="records", tuning_db=str(db), check=True, quiet=True,
-                          precision=precision)
+        return [(layer, v, with_knobs(v.fallback(layer, target), EPI=epi))
+                for layer, epi in ((net.layer("c1"), 0), (net.layer("c2"), 1),
+                                   (fused.layer("c2"), 1), (net.layer("c3"), 1))]
+
+    res = built_from_records(tmp_path, monkeypatch, name, NET.format(name=name), precision,
+                             picks, fuse=["c2"])
     sch = res.schedule
     assert {n: c.variant for n, c in sch.choices.items() if n in ("c1", "c2", "c3")} == \
         {"c1": v.name, "c2": v.name, "c3": v.name}

@@ -477,6 +477,27 @@ def test_emulated_conv_mma_f16_against_the_reference(emulated, lid):
         check_point(layer, xs, prm, cfg, target, ctx)
 
 
+@pytest.mark.parametrize("epi", [0, 1])
+def test_float_input_stores_the_bits_of_the_cast_input(emulated, epi):
+    """Read as float (a network's input, its cast fused in: aotconv.layouts.fuse_casts), the
+    kernel rounds each value to half as it packs it: the half-input kernel's output on the
+    input the cast would have stored, bit for bit, with both epilogues and both bounds of
+    the image (a 7x7 strided and padded over 3 channels, ResNet-50's first layer in small)."""
+    target, ctx = emulated
+    layer, xs, prm = case("k7_s2_p3_tanh")
+    floating = replace(layer, attrs=dict(layer.attrs, src_storage="fp32"))
+    x = (xs[0] * np.float32(1 + 2.0 ** -13)).astype(np.float32)     # between halves
+    rounded = x.astype(np.float16).astype(np.float32)
+    assert not np.array_equal(x, rounded)
+    cfg = next(c for c in _part(layer, target).points if c["EPI"] == epi)
+    assert "__global const float* restrict x" in F16.render(floating, cfg, "k")
+    assert "__global const ushort* restrict x" in F16.render(layer, cfg, "k")
+    got = harness.run_layer(floating, F16, cfg, [x], prm, target=target, ctx=ctx)
+    want = harness.run_layer(layer, F16, cfg, [rounded], prm, target=target, ctx=ctx)
+    assert np.array_equal(got, want)
+    check_half_output(floating, [x], prm, cfg, got)
+
+
 # id -> (input shape, attributes, residual, the EPI = 1 point's other knob values): across them
 # tails in M (K not a multiple of BM) and N (N*P*Q not a multiple of BN), bias or none, a
 # residual or none, relu, tanh and leaky_relu (the slow tier: every other activation), DBUF 0

@@ -10,14 +10,17 @@ PoCL (the mma emulated): a 3x3 over 3 channels with padding, a strided 7x7 with 
 work-group's channels past K) and no bias, a dilated 5x5 over one channel with asymmetric
 padding and 16 pixels in all, both epilogues, against the float64 reference within the half
 tolerance and the half model within one half ulp; both epilogues store the same bits; a kernel
-whose A fragments swap two registers is caught.
+whose A fragments swap two registers is caught. Read as float (the network's input, its cast
+fused in), the kernel stores the half-input kernel's bits on the cast input; an fp16 library
+whose stem reads the float input and whose softmax writes the float output has no cast kernel
+and passes --check.
 """
 import functools
 
 import numpy as np
 import pytest
 
-from aotconv import harness, ops, reference
+from aotconv import harness, ops, protocol, reference
 from aotconv.context import with_precision
 from aotconv.graph import Layer
 from aotconv.space import variant_space
@@ -158,3 +161,61 @@ def test_a_wrong_fragment_register_is_caught(emulated, monkeypatch):
     out = _run(layer, cfg, xs, prm, target, ctx)
     with pytest.raises(AssertionError, match="half tolerance"):
         check_half_output(layer, xs, prm, cfg, out)
+
+
+# -- the network's float input, read in place of a cast -----------------------------------------
+
+def test_float_input_stores_the_bits_of_the_cast_input(emulated):
+    """Read as float (a network's input, the cast fused in: aotconv.layouts.fuse_casts), the
+    kernel rounds each value to half as it gathers it: its output is the half-input kernel's
+    on the input the cast would have stored, bit for bit, at both epilogues; and it meets the
+    half tolerance against the float64 reference on the float input itself."""
+    target, ctx = emulated
+    layer, xs, prm = case("c3_3x3_pad_relu")
+    floating = conv((2, 3, 9, 11), out=16, kernel=3, pad=1, act="relu")
+    floating.attrs = dict(floating.attrs, src_storage="fp32")
+    assert V.supports(floating) is None and V.reads_float
+    # values between halves, so that rounding them matters
+    x = (xs[0] * np.float32(1 + 2.0 ** -13)).astype(np.float32)
+    assert not np.array_equal(x, x.astype(np.float16).astype(np.float32))
+    rounded = [x.astype(np.float16).astype(np.float32)]
+    for point in CASES["c3_3x3_pad_relu"][1]:
+        cfg = _cfg(**point)
+        text = V.render(floating, cfg, "k")
+        assert "__global const float* restrict x" in text and "float in" in text
+        got = _run(floating, cfg, [x], prm, target, ctx)
+        want = _run(layer, cfg, rounded, prm, target, ctx)
+        assert np.array_equal(got, want), point
+        check_half_output(floating, [x], prm, cfg, got)
+    # the half-input kernel renders as it did before float input existed
+    assert "__global const ushort* restrict x" in V.render(layer, cfg, "k")
+
+
+STEM_NET = """name: stemnet
+input: [2, 3, 10, 12]
+layers:
+  - {name: c1, op: conv, out: 16, kernel: 3, pad: 1, act: relu}
+  - {name: c2, op: conv, out: 8, kernel: 3, stride: 2, pad: 1, act: relu}
+  - {name: f, op: flatten}
+  - {name: d, op: dense, out: 10}
+  - {name: prob, op: softmax}
+"""
+
+
+def test_an_fp16_library_casts_nothing_at_its_edges(tmp_path, monkeypatch, emulated):
+    """An fp16 network whose first conv runs on the stem (records make it fastest) and whose
+    output is a softmax's, built for PoCL with --check: no cast kernel at either edge (c1
+    reads the float input, the softmax writes the float output), the library's outputs
+    within T of the float64 half model, which rounds c1's input to half."""
+    from mma_nhwc_helpers import built_from_records
+    res = built_from_records(tmp_path, monkeypatch, "stemnet", STEM_NET, "fp16",
+                             lambda net, _, t: [(net.layer("c1"), V,
+                                                 V.fallback(net.layer("c1"), t))])
+    sch = res.schedule
+    assert sch.choices["c1"].variant == V.name
+    assert not [l.name for l in sch.net.layers if "src_storage" in l.attrs
+                and l.op == "layout_convert"]
+    assert sch.net.layer("c1").inputs == ["input"] and sch.net.outputs == ["prob"]
+    assert res.check_error is not None and res.check_error <= protocol.TOLERANCE
+    sources = "".join(p.read_text() for p in (tmp_path / "out").rglob("*.cl"))
+    assert "NCHW float in (rounded to half as read)" in sources

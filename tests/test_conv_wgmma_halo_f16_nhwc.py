@@ -174,29 +174,12 @@ layers:
 def test_an_fp16_library_runs_it(tmp_path, monkeypatch, emulated):
     """c1 and c2 (the add fused in, staged epilogue) on the variant from records, an fp16
     build for PoCL with --check."""
-    from aotconv.compiler import compile_network
-    from aotconv.context import BuildContext
-    from aotconv.passes import fuse_residual, optimise
-    from aotconv.precision import stored
-    from aotconv.spec import load_network
-    from aotconv.tune.measure import Outcome, Status
-    from aotconv.tune.records import Key, Store
-    monkeypatch.setenv("AOTCONV_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("AOTCONV_SHIPPED_RECORDS", "0")
-    yaml = tmp_path / "halo.yaml"
-    yaml.write_text(NET)
-    db = tmp_path / "records.jsonl"
-    with BuildContext.make("pocl-cpu", mode="records", precision="fp16") as ctx:
-        store = Store(write=[db])
-        net = stored(optimise(load_network(str(yaml))), "fp16")
-        fused = fuse_residual(net, ["c2"])
-        for layer, epi in ((net.layer("c1"), 0), (net.layer("c2"), 1), (fused.layer("c2"), 1)):
-            store.append(Key(layer, V, ctx.target, ctx.device),
-                         mh.with_knobs(V.fallback(layer, ctx.target), EPI=epi, HBUF=1, WAIT=1),
-                         Outcome(Status.OK, 1e-3, (1e-3,)))
-    res = compile_network(str(yaml), target="pocl-cpu", outdir=tmp_path / "out",
-                          tune_mode="records", tuning_db=str(db), check=True, quiet=True,
-                          precision="fp16")
+    def picks(net, fused, target):
+        return [(layer, V, mh.with_knobs(V.fallback(layer, target), EPI=epi, HBUF=1, WAIT=1))
+                for layer, epi in ((net.layer("c1"), 0), (net.layer("c2"), 1),
+                                   (fused.layer("c2"), 1))]
+
+    res = mh.built_from_records(tmp_path, monkeypatch, "halo", NET, "fp16", picks, fuse=["c2"])
     choices = res.schedule.choices
     assert choices["c1"].variant == V.name and choices["c2"].variant == V.name
     assert res.schedule.net.layer("c2").attrs.get("residual")

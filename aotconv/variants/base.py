@@ -267,6 +267,12 @@ class Variant:
                                 # index it computes fits) or 64 for long
     half_storage = False        # True: renders half-storage kernels (--precision fp16), its
                                 # own buffers and scratch staying FP32 (docs/precision.md)
+    reads_float = False         # True: in an fp16 build it may read a float input (a network
+                                # input), rounding each value to half as it reads it, so the
+                                # cast before it is fused into it (aotconv.layouts)
+    writes_float = False        # True: in an fp16 build it may write a float output (a layer
+                                # without parameters producing a network output), so the cast
+                                # after it is fused into it (aotconv.layouts)
     includes = ()               # the shared templates the template renders defs of (paths
                                 # under templates/, e.g. "kernels/_mma_f16.mako"): hashed with it
     added_knobs = ()            # ((name, value), ...): knobs added after records of the
@@ -331,9 +337,10 @@ class Variant:
     def render(self, layer, cfg, prefix):
         with _parse_lock:
             t = _lookup.get_template(self.template)
-        from ..precision import storage_of
+        from ..precision import src_storage_of, storage_of
         ns = dict(layer=layer, cfg=cfg.as_dict(), prefix=prefix, attrs=layer.attrs,
-                  variant=self.name, storage=storage_of(layer))
+                  variant=self.name, storage=storage_of(layer),
+                  src_storage=src_storage_of(layer))
         ns.update(cfg.as_dict())
         ns.update(self.template_params(layer, cfg))
         return t.render(**ns)

@@ -16,7 +16,9 @@ NVIDIA's OpenCL has no cl_khr_fp16 arithmetic, so halves travel as their 16 bits
 is read as `ushort`, two halves consecutive in k are packed into one `uint` (the low half
 first: the .f16x2 register of the PTX ISA) on their way to local memory, and the weights are
 packed once, in set_params, into such words ([CRSP/2][MP], k-pair-major, zero-padded to whole
-tiles: exact, they are halves already). The local tiles hold these words: half the bytes of
+tiles: exact, they are halves already). As a network's first layer it may read the float
+input instead (aotconv.layouts.fuse_casts), each pair rounded to half as it is packed
+(cvt.rn.f16x2.f32), the word the cast it replaces would have stored. The local tiles hold these words: half the bytes of
 conv_mma's float tiles for the same BK. The epilogue reads the bias and a fused residual with
 vload_half, adds in FP32, applies the activation and stores with vstore_half_rte (the storage
 helpers of templates/kernels/_common.mako), two outputs a vstore_half2_rte where P*Q is even.
@@ -56,6 +58,7 @@ from .conv_mma import ACCUMULATORS_FIT, MIN_CC, M_TILE_NOT_OVERSIZED, N_TILE_NOT
     has_tensor_cores, mma_knobs, mma_registers, mma_template_params
 from .limits import first_valid
 from .residual import with_residual
+from ..precision import src_storage_of
 
 
 def _half_layer(layer):
@@ -116,6 +119,7 @@ class ConvMmaF16(Variant):
     template = "kernels/conv_mma_f16.cl.mako"
     includes = ("kernels/_mma_f16.mako",)
     half_storage = True          # reads and writes half; FP32 products and sums (the fp16 math)
+    reads_float = True           # a network's float input, rounded to half as loaded
     added_knobs = (("EPI", 0),)  # a record made before EPI ran the direct epilogue
 
     constraints = (
@@ -184,6 +188,7 @@ class ConvMmaF16(Variant):
         c = cfg
         d = mma_template_params(layer, c, per_word=2)
         d["PAIRS"] = d["P"] * d["Q"] % 2 == 0
+        d["FLOAT_IN"] = src_storage_of(layer) == "fp32"
         # the staged epilogue's pass: WM * 16 channels of BN pixels in 16-byte vectors (the
         # template reads these where EPI = 1 only)
         vecs, wg = c["WM"] * 16 * c["BN"] // VEC, d["WG"]

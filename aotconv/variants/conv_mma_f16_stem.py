@@ -20,6 +20,11 @@ of a row are consecutive lanes' g, so a gather is one contiguous run of halves p
 weights are packed once, in set_params, into the B fragments themselves ([step][n-tile][lane]
 two words of two halves, zeros past the layer): one 8-byte load per lane per n-tile and step.
 
+As the first layer, it reads the network's input: in float where the library's input is float
+(aotconv.layouts.fuse_casts), each gathered value rounded to half (to nearest even, what the
+cast it replaces stores) as two are packed into an A register, so the cast's launch, its
+write and its read are saved for one more read of the float input.
+
 EPI = 0 stores each accumulator pair with bias and activation as two halves (4 bytes); EPI = 1
 stages a warp's 16 x BN tile in local memory and stores 16-byte vectors of 8 channels, the
 same arithmetic and rounding, so the same bits.
@@ -27,7 +32,8 @@ same arithmetic and rounding, so the same bits.
 The mma is conv_mma_f16's (templates/kernels/_mma_f16.mako): the inline PTX where the OpenCL
 compiler is NVIDIA's, an exact emulation elsewhere (AOTCONV_MMA_EMULATE=1, the tests' switch).
 Domain: conv with groups 1, any kernel, stride, padding and dilation, C % 8 != 0 (the layers
-no channels-last variant loads), K % 8 == 0, no fused residual; half storage.
+no channels-last variant loads), K % 8 == 0, no fused residual; half storage, the input half
+or float.
 """
 from .base import Variant, Constraint, Knob, Launch, In, Out, Param, Buffer, bias_arg, \
     ceil_div, pow2_at_least
@@ -36,6 +42,7 @@ from .conv_mma import emulated
 from .conv_mma_f16 import F16_MMA_CONSTRAINTS, _half_layer
 from .limits import first_valid
 from .residual import residual_reason
+from ..precision import src_storage_of
 
 VEC = 8                     # halves per 16-byte store (EPI = 1), and channels per n-tile
 
@@ -82,6 +89,7 @@ class ConvMmaF16Stem(Variant):
     includes = ("kernels/_mma_f16.mako",)
     layouts = ("NCHW", "NHWC")
     half_storage = True          # reads and writes half; FP32 products and sums (the fp16 math)
+    reads_float = True           # the network's float input, rounded to half as gathered
 
     constraints = (
         F16_MMA_CONSTRAINTS[0],      # storage_half
@@ -150,7 +158,8 @@ class ConvMmaF16Stem(Variant):
         m, _, crs, ks = _dims(layer)
         d.update(M=m, CRS=crs, KS=ks, NPT=_n_tiles(layer, cfg), BN=_bn(cfg), ROWS=_rows(cfg),
                  WG=32 * cfg["WARPS"], STAGE=_stage_halves(cfg),
-                 HAS_BIAS=bool(layer.attrs["bias"]), EMULATE=emulated())
+                 HAS_BIAS=bool(layer.attrs["bias"]), EMULATE=emulated(),
+                 FLOAT_IN=src_storage_of(layer) == "fp32")
         return d
 
     def buffers(self, layer, cfg):

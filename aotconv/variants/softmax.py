@@ -6,6 +6,8 @@ the channels of NCHW: OUTER = N, R = C, INNER = H*W; over the columns: INNER = 1
 RED="item": one work-item per (outer, inner) column makes three passes over its R values.
 RED="group": one work-group per column; max and sum are tree reductions in local memory
 (the classifier case: few columns, R large).
+In an fp16 build whose output it is, it reads half and writes the float output itself
+(aotconv.layouts.fuse_casts): its sums are FP32 either way, so only the last rounding goes.
 """
 from .flat import Reduction, reduction_constraints
 from ..graph import count
@@ -29,6 +31,7 @@ class SoftmaxDirect(Reduction):
     ops = ("softmax", "log_softmax")
     template = "kernels/softmax.cl.mako"
     half_storage = True
+    writes_float = True          # a network output in float: no cast after it
     constraints = reduction_constraints(
         _columns, lambda layer: _blocks(layer)[1], "values",
         "in a group reduction, work-items beyond the values reduced only idle")

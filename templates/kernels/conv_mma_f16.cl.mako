@@ -116,7 +116,7 @@ ${c.helpers()}
 
 #ifdef MMA_PTX
 ${mf.ptx()}\
-% if EPI:
+% if EPI or FLOAT_IN:
 // 16 bytes of a read-only global buffer as four words, one vector load (a plain uint4 load
 // whose words are used one by one is split into four by the compiler)
 #define LDG16(w0, w1, w2, w3, p) asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" \
@@ -130,7 +130,7 @@ ${mf.ptx()}\
 % endif
 #else
 ${mf.emulated()}\
-% if EPI:
+% if EPI or FLOAT_IN:
 // a plain uint4 load, and the conversions of cvt.rn.f16x2.f32 and cvt.f32.f16, exactly
 #define LDG16(w0, w1, w2, w3, p) do { \
     const uint4 u_ = *(p); \
@@ -203,6 +203,12 @@ for (int tr = 0; tr < BROWS; ++tr) {
     const int off1 = c1 * (H * W) + r1 * (DH * W) + s1 * DW;
     #pragma unroll
     for (int j = 0; j < BCOLS; ++j) {
+% if FLOAT_IN:
+        // the network's float input, rounded to half as the cast it replaces would round it
+        const float lo = ${"(%s) ? x[xo[j] + off0] : 0.0f" % bcond(0) if bcond(0) else "x[xo[j] + off0]"};
+        const float hi = ${"(%s) ? x[xo[j] + off1] : 0.0f" % bcond(1) if bcond(1) else "x[xo[j] + off1]"};
+        PACK_HALF2_RTE(pb[tr][j], lo, hi);
+% else:
 % if bcond(0):
         const uint lo = (${bcond(0)}) ? x[xo[j] + off0] : 0u;
 % else:
@@ -214,6 +220,7 @@ for (int tr = 0; tr < BROWS; ++tr) {
         const uint hi = x[xo[j] + off1];
 % endif
         pb[tr][j] = lo | hi << 16;
+% endif
     }
 }
 </%def>\
@@ -267,7 +274,7 @@ for (int tr = 0; tr < BROWS; ++tr) {
 // One work-group: a BM x BN tile of Y; a 1-D work-group of WG work-items, warp w = tid / 32 at
 // (w % WM, w / WM) in the WM x WN grid of warps.
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const ushort* restrict x, __global const uint* restrict wp,
+void ${prefix}(__global const ${"float" if FLOAT_IN else "ushort"}* restrict x, __global const uint* restrict wp,
 % if has_bias:
                __global const ${c.T()}* restrict bias,
 % endif

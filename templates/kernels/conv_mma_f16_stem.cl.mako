@@ -8,7 +8,7 @@
     # the steps: a few (a 3x3 over 3 channels has 2) unroll whole; a 7x7's 10 stay a loop
     ks_unroll = "#pragma unroll 1" if EMULATE or KS > 4 else "#pragma unroll"
 %>\
-// ${prefix}: ${layer.op} on the tensor cores, NCHW half in -> NHWC half out, FP32 sums (${variant})
+// ${prefix}: ${layer.op} on the tensor cores, NCHW ${"float in (rounded to half as read)" if FLOAT_IN else "half in"} -> NHWC half out, FP32 sums (${variant})
 //   in ${BATCH}x${C}x${H}x${W} -> out ${BATCH}x${K}x${P}x${Q}, kernel ${R}x${S}, stride ${SH}x${SW},
 //   pad top/left ${PT}/${PL}, dilation ${DH}x${DW}, bias ${"yes" if HAS_BIAS else "no"}, act ${act_kind}
 // Y[m][n] = sum_k X[m][k] W[n][k]: M = ${M} output pixels, N = K = ${K} channels,
@@ -72,7 +72,7 @@ void ${prefix}_pack(__global const ushort* restrict w, __global uint* restrict w
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const ushort* restrict x, __global const uint2* restrict wp,
+void ${prefix}(__global const ${"float" if FLOAT_IN else "ushort"}* restrict x, __global const uint2* restrict wp,
 % if HAS_BIAS:
                const __global ${c.T()}* restrict bias,
 % endif
@@ -140,6 +140,19 @@ void ${prefix}(__global const ushort* restrict x, __global const uint2* restrict
         uint a[MT][4];
         #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
+% if FLOAT_IN:
+            float v[2][4];
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+                #pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    v[h][j] = (uint)(ih[mt][h] + dy[j]) < (uint)H
+                              && (uint)(iw[mt][h] + dx[j]) < (uint)W ? x[xb[mt][h] + o[j]] : 0.0f;
+            PACK_HALF2_RTE(a[mt][0], v[0][0], v[0][1]);  // row g,     k 2t, 2t + 1
+            PACK_HALF2_RTE(a[mt][1], v[1][0], v[1][1]);  // row g + 8, k 2t, 2t + 1
+            PACK_HALF2_RTE(a[mt][2], v[0][2], v[0][3]);  // row g,     k 2t + 8, 2t + 9
+            PACK_HALF2_RTE(a[mt][3], v[1][2], v[1][3]);  // row g + 8, k 2t + 8, 2t + 9
+% else:
             uint v[2][4];
             #pragma unroll
             for (int h = 0; h < 2; ++h)
@@ -151,6 +164,7 @@ void ${prefix}(__global const ushort* restrict x, __global const uint2* restrict
             a[mt][1] = v[1][0] | v[1][1] << 16;          // row g + 8, k 2t, 2t + 1
             a[mt][2] = v[0][2] | v[0][3] << 16;          // row g,     k 2t + 8, 2t + 9
             a[mt][3] = v[1][2] | v[1][3] << 16;          // row g + 8, k 2t + 8, 2t + 9
+% endif
         }
         ${unroll}
         for (int mt = 0; mt < MT; ++mt)

@@ -30,7 +30,7 @@
 % endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void ${prefix}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict y)
+void ${prefix}(__global const ${c.T(src_storage)}* restrict x, __global ${c.T()}* restrict y)
 {
 % if RED == "item":
     const int gid = get_global_id(0);
@@ -39,18 +39,18 @@ void ${prefix}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict 
     const int base = gid / HW * (C * HW) + gid % HW;
     float m = -INFINITY;
     for (int c = 0; c < C; ++c)
-        m = fmax(m, ${c.LOAD("x", "base + c * HW")});
+        m = fmax(m, ${c.LOAD("x", "base + c * HW", src_storage)});
     float sum = 0.0f;
     for (int c = 0; c < C; ++c)
-        sum += exp(${c.LOAD("x", "base + c * HW")} - m);
+        sum += exp(${c.LOAD("x", "base + c * HW", src_storage)} - m);
 % if log:
     const float ls = log(sum);             // (x - m) - ls: x - m is exact near the max
     for (int c = 0; c < C; ++c)
-        ${c.STORE("y", "base + c * HW", "(%s - m) - ls" % capture(c.LOAD, "x", "base + c * HW"))};
+        ${c.STORE("y", "base + c * HW", "(%s - m) - ls" % capture(c.LOAD, "x", "base + c * HW", src_storage))};
 % else:
     const float inv = 1.0f / sum;
     for (int c = 0; c < C; ++c)
-        ${c.STORE("y", "base + c * HW", "exp(%s - m) * inv" % capture(c.LOAD, "x", "base + c * HW"))};
+        ${c.STORE("y", "base + c * HW", "exp(%s - m) * inv" % capture(c.LOAD, "x", "base + c * HW", src_storage))};
 % endif
 % else:
     __local float part[WG];
@@ -59,7 +59,7 @@ void ${prefix}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict 
     const int base = col / HW * (C * HW) + col % HW;
     float m = -INFINITY;
     for (int c = lid; c < C; c += WG)
-        m = fmax(m, ${c.LOAD("x", "base + c * HW")});
+        m = fmax(m, ${c.LOAD("x", "base + c * HW", src_storage)});
     part[lid] = m;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = WG / 2; s > 0; s >>= 1) {
@@ -71,7 +71,7 @@ void ${prefix}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict 
     barrier(CLK_LOCAL_MEM_FENCE);          // everyone has read the max before part is reused
     float sum = 0.0f;
     for (int c = lid; c < C; c += WG)
-        sum += exp(${c.LOAD("x", "base + c * HW")} - m);
+        sum += exp(${c.LOAD("x", "base + c * HW", src_storage)} - m);
     part[lid] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = WG / 2; s > 0; s >>= 1) {
@@ -82,11 +82,11 @@ void ${prefix}(__global const ${c.T()}* restrict x, __global ${c.T()}* restrict 
 % if log:
     const float ls = log(part[0]);
     for (int c = lid; c < C; c += WG)
-        ${c.STORE("y", "base + c * HW", "(%s - m) - ls" % capture(c.LOAD, "x", "base + c * HW"))};
+        ${c.STORE("y", "base + c * HW", "(%s - m) - ls" % capture(c.LOAD, "x", "base + c * HW", src_storage))};
 % else:
     const float inv = 1.0f / part[0];
     for (int c = lid; c < C; c += WG)
-        ${c.STORE("y", "base + c * HW", "exp(%s - m) * inv" % capture(c.LOAD, "x", "base + c * HW"))};
+        ${c.STORE("y", "base + c * HW", "exp(%s - m) * inv" % capture(c.LOAD, "x", "base + c * HW", src_storage))};
 % endif
 % endif
 }
