@@ -175,6 +175,10 @@ TENSOR_CORE_HALF = ("conv_mma_f16", "conv_mma_f16_nhwc", "conv_mma_f16_stem",
                     "conv_wgmma_halo_pool_f16_nhwc", "dense_mma_f16")
 
 
+# the ops of the layers the summary counts as conv and dense layers
+GEMM_OPS = frozenset(("conv", "dense", "conv_pool", "conv_dwpw"))
+
+
 def summary(choices, requested=DEFAULT, storage="fp32"):
     """(what the library computes in, one sentence saying where): the header's and the
     report's precision. The library computes in `requested` only where a layer does: a tf32
@@ -187,14 +191,15 @@ def summary(choices, requested=DEFAULT, storage="fp32"):
         cores = sorted(n for n, c in choices.items() if c.variant in TENSOR_CORE_HALF)
         if cores:
             # the layers a conv or dense variant runs (a dense variant takes convolutions that
-            # are dense layers too)
-            gemms = sum(1 for c in choices.values()
-                        if c.impl.ops and {"conv", "dense"} & set(c.impl.ops))
+            # are dense layers too; a conv with its pool or its depthwise neighbour fused in
+            # is one)
+            gemms = sum(1 for c in choices.values() if c.impl.ops and GEMM_OPS & set(c.impl.ops))
             text += (f", on the tensor cores (f16 products, exact in FP32) in {len(cores)} of "
                      f"{gemms} conv and dense layers ({', '.join(cores)})")
         return "fp16", text
     reduced = reduced_layers(choices)
-    convs = sum(1 for c in choices.values() if c.impl.ops and "conv" in c.impl.ops)
+    convs = sum(1 for c in choices.values()
+                if c.impl.ops and (GEMM_OPS - {"dense"}) & set(c.impl.ops))
     if not reduced:
         text = "FP32 storage and math in every layer"
         if requested != DEFAULT:

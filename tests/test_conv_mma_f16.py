@@ -556,11 +556,14 @@ def test_the_header_and_report_name_the_layers_on_the_tensor_cores():
     layer = conv((1, 16, 8, 8), out=16, kernel=3, pad=1)
     cfg = F16.fallback(layer, with_precision(H100, "fp16"))
     choices = {"c2": Choice(F16.name, cfg), "c1": Choice(F16.name, cfg),
-               "c3": Choice("conv_direct", Config({}))}
+               "c3": Choice("conv_direct", Config({})),
+               # a conv with its pool fused in is a conv layer, on the tensor cores or not
+               "c4": Choice("conv_wgmma_halo_pool_f16_nhwc", Config({})),
+               "c5": Choice("conv_pool_direct", Config({}))}
     kind, text = summary(choices, "fp16", "fp16")
     assert kind == "fp16" and text.endswith(
         "FP32 math and accumulation in every layer, on the tensor cores (f16 products, exact in "
-        "FP32) in 2 of 3 conv and dense layers (c1, c2)")
+        "FP32) in 3 of 5 conv and dense layers (c1, c2, c4)")
     # without it the sentence stops at the math
     kind, text = summary({"c3": choices["c3"]}, "fp16", "fp16")
     assert text.endswith("FP32 math and accumulation in every layer")
