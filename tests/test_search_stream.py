@@ -62,6 +62,7 @@ def _search(rec, trials, width, stream, seed=3, flight=None, **kw):
     return ev, flight
 
 
+@pytest.mark.timing           # a wall-time ratio: the serial tier, not beside another worker
 def test_a_streaming_search_keeps_its_slots_full_and_measures_each_point_once():
     rec = Recorded.from_file(LOG)
     trials, width = 64, 8
